@@ -1,0 +1,19 @@
+// Package autoscaling is prebake's core: node groups, target sizes, the
+// lifecycle of instances, scale-from-zero templates, the creation workers
+// and the timeline metrics. It knows clouds only through providers.Provider.
+//
+// Invariants:
+//   - Every read (NodeGroups, NodeGroupForNode, TargetSize, Nodes,
+//     TemplateNode, GPU*) is answered from memory under a read lock; no read
+//     calls a cloud.
+//   - A group's target size is the number of its instances that are not
+//     being deleted. It is derived, never stored, so it can't drift from the
+//     instance list.
+//   - IncreaseSize records instances (state creating, with the providerID
+//     they will register with, or a placeholder) and returns; bounded
+//     per-provider workers create the machines.
+//   - DecreaseTargetSize only cancels instances that have not come up;
+//     DeleteNodes never takes a group below its minimum.
+//   - The cloud is the source of truth: after a restart Sync rebuilds every
+//     instance from providers' List.
+package autoscaling

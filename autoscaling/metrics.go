@@ -1,0 +1,136 @@
+package autoscaling
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// Timeline phases, each measured from the moment CA's IncreaseSize recorded
+// the instance. They are the project's headline metric.
+const (
+	phaseAPIAccepted    = "api_accepted"
+	phaseRunning        = "running"
+	phaseNodeRegistered = "node_registered"
+	phaseNodeReady      = "node_ready"
+)
+
+// Metrics are the core's Prometheus metrics.
+type Metrics struct {
+	reg            prometheus.Registerer
+	phaseSeconds   *prometheus.HistogramVec
+	increaseSize   *prometheus.CounterVec
+	createErrors   *prometheus.CounterVec
+	deleteErrors   *prometheus.CounterVec
+	queueDepth     *prometheus.GaugeVec
+	refreshSeconds *prometheus.HistogramVec
+	refreshErrors  *prometheus.CounterVec
+	orphans        *prometheus.CounterVec
+}
+
+// NewMetrics registers the core's metrics with reg (a private registry when
+// reg is nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		reg: reg,
+		phaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "prebake_instance_phase_seconds",
+			Help:    "Seconds from IncreaseSize recording an instance to each phase of its timeline: api_accepted, running, node_registered, node_ready.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 1200, 24),
+		}, []string{"group", "image_kind", "phase"}),
+		increaseSize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_instances_requested_total",
+			Help: "Instances requested through IncreaseSize.",
+		}, []string{"group"}),
+		createErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_instance_create_errors_total",
+			Help: "Creations that failed for good and were reported to CA, by CA error class and code.",
+		}, []string{"group", "class", "code"}),
+		deleteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_instance_delete_errors_total",
+			Help: "Deletions that ran out of retries (retried on the next sync).",
+		}, []string{"group", "code"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "prebake_worker_queue_depth",
+			Help: "Creations and deletions waiting for a provider worker.",
+		}, []string{"provider"}),
+		refreshSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "prebake_refresh_list_seconds",
+			Help:    "Duration of one provider List during refresh.",
+			Buckets: prometheus.ExponentialBucketsRange(0.0005, 60, 16),
+		}, []string{"provider"}),
+		refreshErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_refresh_errors_total",
+			Help: "Provider List calls that failed during refresh.",
+		}, []string{"provider"}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_orphan_instances_seen_total",
+			Help: "Listed instances whose group is not configured (left alone).",
+		}, []string{"provider"}),
+	}
+	reg.MustRegister(m.phaseSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
+		m.refreshSeconds, m.refreshErrors, m.orphans)
+	return m
+}
+
+func (m *Metrics) observePhase(group string, kind providers.ImageKind, phase string, d time.Duration) {
+	m.phaseSeconds.WithLabelValues(group, string(kind), phase).Observe(d.Seconds())
+}
+
+// watch registers the per-group gauges, read from c's snapshot on scrape.
+func (m *Metrics) watch(c *Core) {
+	m.reg.MustRegister(&groupCollector{core: c})
+}
+
+var (
+	targetDesc = prometheus.NewDesc("prebake_group_target_size", "Target size of each node group.", []string{"group"}, nil)
+	minDesc    = prometheus.NewDesc("prebake_group_min_size", "Configured minSize of each node group.", []string{"group"}, nil)
+	maxDesc    = prometheus.NewDesc("prebake_group_max_size", "Configured maxSize of each node group.", []string{"group"}, nil)
+	stateDesc  = prometheus.NewDesc("prebake_group_instances", "Instances of each node group by state as CA sees it.", []string{"group", "state", "error"}, nil)
+)
+
+type groupCollector struct{ core *Core }
+
+func (g *groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- targetDesc
+	ch <- minDesc
+	ch <- maxDesc
+	ch <- stateDesc
+}
+
+func (g *groupCollector) Collect(ch chan<- prometheus.Metric) {
+	c := g.core
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, id := range c.groupOrder {
+		gr := c.groups[id]
+		ch <- prometheus.MustNewConstMetric(targetDesc, prometheus.GaugeValue, float64(gr.targetLocked()), id)
+		ch <- prometheus.MustNewConstMetric(minDesc, prometheus.GaugeValue, float64(gr.spec.MinSize), id)
+		ch <- prometheus.MustNewConstMetric(maxDesc, prometheus.GaugeValue, float64(gr.spec.MaxSize), id)
+		type key struct {
+			state string
+			err   bool
+		}
+		counts := map[key]int{}
+		for _, inst := range gr.instances {
+			counts[key{inst.viewState().String(), inst.err != nil}]++
+		}
+		for _, s := range []string{"creating", "running", "deleting"} {
+			for _, e := range []bool{false, true} {
+				if s != "creating" && e {
+					continue
+				}
+				errLabel := "false"
+				if e {
+					errLabel = "true"
+				}
+				ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, float64(counts[key{s, e}]), id, s, errLabel)
+			}
+		}
+	}
+}

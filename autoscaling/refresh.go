@@ -1,0 +1,203 @@
+package autoscaling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// Refresh is CA's call at the start of every loop. It re-lists the
+// providers whose last List is older than the TTL. It fails only while a
+// provider has never been listed: acting on an empty picture would create
+// duplicates of machines that already exist.
+func (c *Core) Refresh(ctx context.Context) error {
+	c.Sync(ctx, false)
+	if err := c.Ready(); err != nil {
+		return fmt.Errorf("%w: %v; check the provider's credentials and endpoint (metric prebake_refresh_errors_total)", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Sync lists every provider whose snapshot is older than the TTL (all of
+// them when force is set), in parallel, and reconciles the instances.
+func (c *Core) Sync(ctx context.Context, force bool) {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	now := c.now()
+	var wg sync.WaitGroup
+	for _, name := range slices.Sorted(maps.Keys(c.workers)) {
+		if !force && now.Sub(c.lastSync[name]) < c.opts.RefreshInterval {
+			continue
+		}
+		w := c.workers[name]
+		wg.Go(func() {
+			if c.syncProvider(ctx, w.provider) {
+				c.lastSync[name] = c.now()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// syncLoop keeps the snapshot fresh while CA is quiet, so the metrics and
+// the timeline move even without Refresh calls.
+func (c *Core) syncLoop(ctx context.Context) {
+	t := time.NewTicker(c.opts.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Sync(ctx, false)
+		}
+	}
+}
+
+func (c *Core) syncProvider(ctx context.Context, p providers.Provider) bool {
+	start := c.now()
+	lctx, cancel := context.WithTimeout(ctx, c.opts.Workers.CallTimeout)
+	listed, err := p.List(lctx)
+	cancel()
+	c.metrics.refreshSeconds.WithLabelValues(p.Name()).Observe(c.now().Sub(start).Seconds())
+	if err != nil {
+		c.mu.Lock()
+		c.listErr[p.Name()] = err
+		c.mu.Unlock()
+		c.metrics.refreshErrors.WithLabelValues(p.Name()).Inc()
+		if !errors.Is(err, context.Canceled) {
+			c.log.Warn("list failed; serving the last snapshot", "provider", p.Name(), "err", err)
+		}
+		return false
+	}
+	redelete := c.reconcile(p, listed, start)
+	for _, inst := range redelete {
+		c.workers[p.Name()].enqueue(task{kind: taskDelete, inst: inst})
+	}
+	return true
+}
+
+// reconcile applies one List (started at listStart) to the instances of
+// p's groups. It returns the instances whose delete must be retried.
+func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, listStart time.Time) (redelete []*instance) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.synced[p.Name()] = true
+	delete(c.listErr, p.Name())
+	seen := make(map[*instance]bool, len(listed))
+	for _, li := range listed {
+		g, ok := c.groups[li.Group]
+		if !ok || g.provider != p {
+			c.metrics.orphans.WithLabelValues(p.Name()).Inc()
+			c.log.Warn("instance of a group that is not configured; leaving it alone", "provider", p.Name(), "group", li.Group, "providerID", li.ProviderID)
+			continue
+		}
+		inst := c.byProviderID[li.ProviderID]
+		if inst == nil && li.Name != "" {
+			inst = c.byName[li.Name]
+		}
+		if inst == nil {
+			inst = c.adoptLocked(g, li)
+		}
+		seen[inst] = true
+		if inst.placeholder && li.ProviderID != "" {
+			delete(c.byProviderID, inst.providerID)
+			inst.providerID, inst.placeholder = li.ProviderID, false
+			c.byProviderID[inst.providerID] = inst
+		}
+		switch {
+		case inst.phase == phaseDeleting:
+			if inst.deleteFailed {
+				inst.deleteFailed = false
+				redelete = append(redelete, inst)
+			}
+		case li.State == providers.StateDeleting:
+			// Someone else deletes it: it leaves the target.
+			inst.phase = phaseDeleting
+		case inst.phase == phaseAccepted || inst.phase == phaseFailed && li.Error == nil:
+			inst.phase = phaseAccepted
+			inst.err = li.Error
+			inst.state = li.State
+			if li.Error != nil {
+				inst.phase = phaseFailed
+			}
+		}
+		if inst.state == providers.StateRunning && inst.runningAt.IsZero() {
+			inst.runningAt = now
+			if !inst.adopted {
+				c.metrics.observePhase(g.spec.ID, inst.imageKind, phaseRunning, now.Sub(inst.requestedAt))
+			}
+		}
+	}
+	for _, g := range c.groups {
+		if g.provider != p {
+			continue
+		}
+		for _, inst := range g.instances {
+			if seen[inst] {
+				continue
+			}
+			switch inst.phase {
+			case phaseQueued, phaseCreating, phaseFailed:
+				// Not in the cloud (yet): the core's own state holds.
+				continue
+			}
+			if inst.acceptedAt.IsZero() || inst.acceptedAt.Before(listStart) {
+				// Gone from the cloud: a finished delete, or someone removed it.
+				if inst.phase != phaseDeleting {
+					c.log.Warn("instance vanished from the cloud; dropping it", "group", g.spec.ID, "providerID", inst.providerID)
+				}
+				c.forgetLocked(inst)
+			}
+		}
+	}
+	return redelete
+}
+
+func (c *Core) adoptLocked(g *group, li providers.Instance) *instance {
+	name := li.Name
+	if name == "" {
+		name = li.ProviderID
+	}
+	inst := &instance{
+		name: name, providerID: li.ProviderID, group: g, phase: phaseAccepted, state: li.State,
+		err: li.Error, imageKind: li.ImageKind, adopted: true,
+		requestedAt: li.CreatedAt, acceptedAt: li.CreatedAt,
+	}
+	if inst.imageKind == "" {
+		inst.imageKind = g.imageKind
+	}
+	if li.Error != nil {
+		inst.phase = phaseFailed
+	}
+	if li.State == providers.StateDeleting {
+		inst.phase = phaseDeleting
+	}
+	g.instances[name] = inst
+	c.byName[name] = inst
+	c.byProviderID[li.ProviderID] = inst
+	c.log.Info("adopted instance from the cloud", "group", g.spec.ID, "providerID", li.ProviderID, "state", li.State)
+	return inst
+}
+
+// Ready reports whether every provider has been listed at least once.
+func (c *Core) Ready() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name := range c.workers {
+		if !c.synced[name] {
+			if err := c.listErr[name]; err != nil {
+				return fmt.Errorf("provider %s not listed yet; last error: %w", name, err)
+			}
+			return fmt.Errorf("provider %s not listed yet", name)
+		}
+	}
+	return nil
+}

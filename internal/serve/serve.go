@@ -1,0 +1,346 @@
+// Package serve assembles a running prebake server from a validated config:
+// providers, the autoscaling core, the gRPC service with health checks, and
+// the HTTP endpoints /healthz, /readyz and /metrics. cmd/prebake only parses
+// flags and calls Run.
+//
+// Invariants: the config is fully validated and every provider built before
+// anything listens; plaintext gRPC is refused off loopback unless Insecure;
+// shutdown drains in-flight creations before the process exits.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/config"
+	"github.com/prebake-dev/prebake/externalgrpc"
+	"github.com/prebake-dev/prebake/internal/certs"
+	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/kwok"
+	"github.com/prebake-dev/prebake/providers/metrics"
+)
+
+// Options are the flags of `prebake serve`.
+type Options struct {
+	ConfigPath string
+	// Listen is the gRPC address CA dials.
+	Listen string
+	// HTTPListen serves /healthz, /readyz and /metrics ("" disables).
+	HTTPListen string
+	TLSCert    string
+	TLSKey     string
+	ClientCA   string
+	// Insecure allows plaintext gRPC on a non-loopback address.
+	Insecure bool
+	// ShutdownTimeout bounds the drain of in-flight creations.
+	ShutdownTimeout time.Duration
+	Logger          *slog.Logger
+	// Ready, when set, is called with the bound addresses once serving.
+	Ready func(grpcAddr, httpAddr string)
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, o Options) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return err
+	}
+	creds, err := transportCredentials(o, log)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	apiMetrics := metrics.NewAPIMetrics(reg)
+
+	built, err := buildProviders(cfg, apiMetrics, log)
+	if err != nil {
+		return err
+	}
+	groups, err := groupSpecs(cfg)
+	if err != nil {
+		return err
+	}
+	var nodes *autoscaling.KubeNodes
+	if built.kube != nil {
+		nodes = autoscaling.NewKubeNodes(built.kube, cfg.ClusterName)
+	}
+	coreOpts := autoscaling.Options{
+		Cluster:         cfg.ClusterName,
+		Groups:          groups,
+		Providers:       built.providers,
+		RefreshInterval: cfg.RefreshInterval.Duration,
+		Reserved:        cfg.Reserved(),
+		GPULabel:        cfg.GPULabel,
+		Workers: autoscaling.WorkerOptions{
+			Parallelism: cfg.Workers.Parallelism, QPS: cfg.Workers.QPS, Burst: cfg.Workers.Burst, Retries: cfg.Workers.Retries,
+		},
+		Metrics: autoscaling.NewMetrics(reg),
+		Logger:  log,
+	}
+	if nodes != nil {
+		coreOpts.Nodes = nodes
+	}
+	core, err := autoscaling.New(ctx, coreOpts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.ConfigPath, err)
+	}
+
+	lis, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", o.Listen, err)
+	}
+	var httpLis net.Listener
+	if o.HTTPListen != "" {
+		if httpLis, err = net.Listen("tcp", o.HTTPListen); err != nil {
+			lis.Close()
+			return fmt.Errorf("--http-listen %s: %w", o.HTTPListen, err)
+		}
+	}
+
+	coreCtx, stopCore := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCore()
+	if err := core.Start(coreCtx); err != nil {
+		return err
+	}
+	if nodes != nil {
+		if err := nodes.Watch(coreCtx, core); err != nil {
+			log.Warn("node watch failed; the timeline will miss node registration and readiness", "err", err)
+		}
+	}
+
+	rpcMetrics := externalgrpc.NewRPCMetrics(reg)
+	gs := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(rpcMetrics.Unary))
+	externalgrpc.NewServer(core).Register(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider", healthpb.HealthCheckResponse_SERVING)
+
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(lis) }()
+	var hsrv *http.Server
+	if httpLis != nil {
+		hsrv = &http.Server{Handler: httpMux(reg, core), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hsrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	httpAddr := ""
+	if httpLis != nil {
+		httpAddr = httpLis.Addr().String()
+	}
+	log.Info("serving", "grpc", lis.Addr().String(), "http", httpAddr, "tls", o.TLSCert != "", "mtls", o.ClientCA != "",
+		"groups", len(groups), "config", o.ConfigPath)
+	if o.Ready != nil {
+		o.Ready(lis.Addr().String(), httpAddr)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	log.Info("shutting down: draining in-flight creations", "timeout", o.ShutdownTimeout)
+	hs.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+	defer cancel()
+	if err := core.Shutdown(sctx); err != nil {
+		log.Warn("shutdown did not drain everything", "err", err)
+	}
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+	}
+	if hsrv != nil {
+		_ = hsrv.Shutdown(sctx)
+	}
+	log.Info("stopped")
+	return serveErr
+}
+
+func httpMux(reg *prometheus.Registry, core *autoscaling.Core) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		// Ready once every provider has been listed: before that Refresh
+		// answers Unavailable.
+		if err := core.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func transportCredentials(o Options, log *slog.Logger) (credentials.TransportCredentials, error) {
+	if o.TLSCert == "" && o.TLSKey == "" {
+		if o.ClientCA != "" {
+			return nil, errors.New("--client-ca needs --tls-cert and --tls-key")
+		}
+		if !o.Insecure && !isLoopback(o.Listen) {
+			return nil, fmt.Errorf("--listen %s is not a loopback address: give --tls-cert, --tls-key and --client-ca for mTLS, or --insecure to serve plaintext anyway", o.Listen)
+		}
+		return insecureCreds(), nil
+	}
+	r, err := certs.NewReloader(o.TLSCert, o.TLSKey, o.ClientCA, log)
+	if err != nil {
+		return nil, err
+	}
+	if o.ClientCA == "" {
+		log.Warn("TLS without --client-ca: any client can create and delete nodes; give --client-ca for mTLS")
+	}
+	return credentials.NewTLS(r.ServerConfig()), nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+type builtProviders struct {
+	providers map[string]providers.Provider
+	// kube is the workload cluster, when one is configured (kwok's target).
+	kube kubernetes.Interface
+}
+
+func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger) (builtProviders, error) {
+	out := builtProviders{providers: map[string]providers.Provider{}}
+	if k := cfg.Providers.Kwok; k != nil {
+		rc, err := restConfig(k.Kubeconfig)
+		var noCluster error
+		if errors.Is(err, errNoKubeconfig) {
+			// Serve the groups and templates anyway; List fails with the fix
+			// until the config names a cluster, so /readyz stays 503 and
+			// Refresh answers Unavailable: nothing is created blind.
+			log.Warn("kwok provider has no target cluster; serving read-only until one is configured", "err", err)
+			noCluster, rc, err = fmt.Errorf("providers.kwok: %w", err), &rest.Config{}, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("providers.kwok: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return out, fmt.Errorf("providers.kwok: %w", err)
+		}
+		p, err := kwok.New(kwok.Options{
+			Client:       client,
+			Cluster:      cfg.ClusterName,
+			Namespace:    k.Namespace,
+			Boot:         kwok.BootProfile{Prebaked: k.SimulatedBoot.Prebaked.Duration, RuntimeInstall: k.SimulatedBoot.RuntimeInstall.Duration},
+			MachineTypes: k.MachineTypeList(),
+			Capacity:     k.Capacity,
+			Reserved:     cfg.Reserved(),
+			GPULabel:     cfg.GPULabel,
+			Logger:       log.With("provider", "kwok"),
+		})
+		if err != nil {
+			return out, fmt.Errorf("providers.kwok: %w", err)
+		}
+		if noCluster != nil {
+			out.providers["kwok"] = metrics.Wrap(offline{Provider: p, err: noCluster}, m)
+		} else {
+			out.providers["kwok"] = metrics.Wrap(p, m)
+			out.kube = client
+		}
+	}
+	return out, nil
+}
+
+// restConfig resolves the kwok target cluster: the config's kubeconfig,
+// then $KUBECONFIG, then the in-cluster config.
+func restConfig(path string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	switch {
+	case path != "":
+		rc, err = clientcmd.BuildConfigFromFlags("", path)
+	case os.Getenv("KUBECONFIG") != "":
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	default:
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			err = fmt.Errorf("%w: set providers.kwok.kubeconfig or $KUBECONFIG, or run in a cluster (%v)", errNoKubeconfig, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	// client-go's default 5 QPS would throttle scale-ups of many nodes.
+	rc.QPS, rc.Burst = 200, 400
+	rc.UserAgent = "prebake"
+	return rc, nil
+}
+
+var errNoKubeconfig = errors.New("no target cluster")
+
+// offline is a provider without its cloud: every call that needs the cloud
+// fails with err, which says how to configure it.
+type offline struct {
+	providers.Provider
+	err error
+}
+
+func (o offline) List(context.Context) ([]providers.Instance, error) { return nil, o.err }
+func (o offline) Create(context.Context, providers.CreateRequest) (providers.Instance, error) {
+	return providers.Instance{}, o.err
+}
+func (o offline) Delete(context.Context, string) error { return o.err }
+func (o offline) Run(context.Context) error            { return nil }
+
+func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
+	out := make([]autoscaling.GroupSpec, 0, len(cfg.NodeGroups))
+	for _, g := range cfg.NodeGroups {
+		spec := autoscaling.GroupSpec{
+			ID: g.ID, Provider: g.Provider, MinSize: g.MinSize, MaxSize: g.MaxSize,
+			MachineType: g.MachineType, Zone: g.Location, Region: g.Region,
+			Labels: g.Labels, Taints: g.Taints(), ImageChannel: g.Image.Channel,
+		}
+		if g.UserDataFile != "" {
+			b, err := os.ReadFile(g.UserDataFile)
+			if err != nil {
+				return nil, fmt.Errorf("node group %q: userDataFile: %w", g.ID, err)
+			}
+			spec.UserData = b
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}

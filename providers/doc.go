@@ -1,0 +1,10 @@
+// Package providers holds the contract between the autoscaling core and the
+// clouds: the Provider interface, its value types, the label keys, and the
+// shape of a node of a group (NodeShape), which both the scale-from-zero
+// template and the kwok provider's Nodes are built from, so the two can't
+// drift apart.
+//
+// Invariants: no cloud SDK type crosses the interface; every resource a
+// provider creates carries LabelCluster and LabelGroup; Delete of something
+// already gone is not an error.
+package providers

@@ -1,0 +1,255 @@
+// Package fake is an in-memory providers.Provider for tests of the core and
+// the wire adapter. Like Karpenter's test fake it records calls and injects
+// errors; it is not a cloud fake (those speak real REST APIs and live beside
+// each provider).
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// ErrCapacity is what a create fails with when CapacityLeft is exhausted.
+var ErrCapacity = errors.New("fake: no capacity left")
+
+// ErrTransient is a retryable error for InjectCreateErrors.
+var ErrTransient = errors.New("fake: transient 503")
+
+// Provider is an in-memory cloud.
+type Provider struct {
+	// NameValue is returned by Name; default "fake".
+	NameValue string
+	// KnownIDs makes ProviderID return known=true ("fake://<name>"); when
+	// false, ids are assigned by Create like hcloud ("fake://<n>").
+	KnownIDs bool
+	Types    map[string]providers.MachineType
+
+	// mu guards everything below.
+	mu       sync.Mutex
+	machines map[string]providers.Instance // by providerID
+	nextID   int
+	// createErrs are returned by the next Create calls, in order.
+	createErrs []error
+	// capacity < 0 means unlimited.
+	capacity int
+	// createGate, when set, blocks every Create until it is closed or the
+	// call's ctx ends.
+	createGate  chan struct{}
+	createDelay time.Duration
+	listErr     error
+	calls       map[string]int
+}
+
+// New returns an empty fake cloud with one machine type, "m1" (2 CPU, 4 GiB).
+func New() *Provider {
+	return &Provider{
+		NameValue: "fake",
+		KnownIDs:  true,
+		Types: map[string]providers.MachineType{
+			"m1":  {Name: "m1", MilliCPU: 2000, MemoryBytes: 4 << 30, Pods: 110, Arch: "amd64"},
+			"gpu": {Name: "gpu", MilliCPU: 8000, MemoryBytes: 32 << 30, Pods: 110, Arch: "amd64", GPUs: 1, GPUType: "nvidia-t4"},
+		},
+		machines: map[string]providers.Instance{},
+		capacity: -1,
+		calls:    map[string]int{},
+	}
+}
+
+func (p *Provider) Name() string { return p.NameValue }
+
+func (p *Provider) ProviderID(req providers.CreateRequest) (string, bool) {
+	if p.KnownIDs {
+		return "fake://" + req.Name, true
+	}
+	return "", false
+}
+
+func (p *Provider) count(method string) { p.calls[method]++ }
+
+// Calls returns how often method was called.
+func (p *Provider) Calls(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[method]
+}
+
+// InjectCreateErrors makes the next len(errs) Create calls fail in order.
+func (p *Provider) InjectCreateErrors(errs ...error) {
+	p.mu.Lock()
+	p.createErrs = append(p.createErrs, errs...)
+	p.mu.Unlock()
+}
+
+// SetCapacity allows n more machines; later creates fail with ErrCapacity.
+// n < 0 is unlimited.
+func (p *Provider) SetCapacity(n int) {
+	p.mu.Lock()
+	p.capacity = n
+	p.mu.Unlock()
+}
+
+// GateCreates blocks Create calls until the returned func is called.
+func (p *Provider) GateCreates() (release func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.createGate = ch
+	p.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// SetCreateDelay makes each Create take d (a slow cloud API).
+func (p *Provider) SetCreateDelay(d time.Duration) {
+	p.mu.Lock()
+	p.createDelay = d
+	p.mu.Unlock()
+}
+
+// SetListError makes List fail with err (nil heals it).
+func (p *Provider) SetListError(err error) {
+	p.mu.Lock()
+	p.listErr = err
+	p.mu.Unlock()
+}
+
+// SetState sets a machine's state, as a cloud would once it boots.
+func (p *Provider) SetState(providerID string, s providers.InstanceState) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.machines[providerID]
+	if ok {
+		m.State = s
+		p.machines[providerID] = m
+	}
+	return ok
+}
+
+// RunAll marks every machine running.
+func (p *Provider) RunAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, m := range p.machines {
+		m.State = providers.StateRunning
+		p.machines[id] = m
+	}
+}
+
+// Remove deletes a machine behind the core's back.
+func (p *Provider) Remove(providerID string) {
+	p.mu.Lock()
+	delete(p.machines, providerID)
+	p.mu.Unlock()
+}
+
+// Machines returns the providerIDs of all machines, sorted.
+func (p *Provider) Machines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.machines))
+}
+
+func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count("List")
+	if p.listErr != nil {
+		return nil, p.listErr
+	}
+	out := make([]providers.Instance, 0, len(p.machines))
+	for _, m := range p.machines {
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
+	p.mu.Lock()
+	p.count("Create")
+	gate, delay := p.createGate, p.createDelay
+	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return providers.Instance{}, ctx.Err()
+		}
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return providers.Instance{}, ctx.Err()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.createErrs) > 0 {
+		err := p.createErrs[0]
+		p.createErrs = p.createErrs[1:]
+		if err != nil {
+			return providers.Instance{}, err
+		}
+	}
+	for _, m := range p.machines {
+		if m.Name == req.Name {
+			return m, nil // idempotent
+		}
+	}
+	if p.capacity == 0 {
+		return providers.Instance{}, fmt.Errorf("%w in %s", ErrCapacity, req.Location)
+	}
+	if p.capacity > 0 {
+		p.capacity--
+	}
+	if _, ok := p.Types[req.MachineType]; !ok {
+		return providers.Instance{}, fmt.Errorf("machine type %q: %w", req.MachineType, providers.ErrNotFound)
+	}
+	id, known := p.ProviderID(req)
+	if !known {
+		p.nextID++
+		id = fmt.Sprintf("fake://%d", p.nextID)
+	}
+	m := providers.Instance{
+		ProviderID: id, Name: req.Name, Group: req.Group, State: providers.StateCreating,
+		ImageKind: req.ImageKind, CreatedAt: time.Now(),
+	}
+	p.machines[id] = m
+	return m, nil
+}
+
+func (p *Provider) Delete(ctx context.Context, providerID string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count("Delete")
+	delete(p.machines, providerID)
+	return nil
+}
+
+func (p *Provider) MachineType(ctx context.Context, name, location string) (providers.MachineType, error) {
+	mt, ok := p.Types[name]
+	if !ok {
+		return providers.MachineType{}, fmt.Errorf("machine type %q: %w", name, providers.ErrNotFound)
+	}
+	return mt, nil
+}
+
+func (p *Provider) Images() providers.ImageAPI { return nil }
+
+func (p *Provider) Classify(err error) providers.Classification {
+	switch {
+	case errors.Is(err, ErrCapacity):
+		return providers.Classification{Class: providers.ErrorOutOfResources, Code: "resource_unavailable"}
+	case errors.Is(err, ErrTransient):
+		return providers.Classification{Class: providers.ErrorOther, Code: "api_5xx", Retryable: true}
+	}
+	return providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}
+}

@@ -1,0 +1,29 @@
+package providers
+
+// Label and annotation keys. This file is their one home.
+const (
+	// LabelCluster marks every cloud resource and Node the plugin owns with
+	// the configured cluster name. Ownership lives in the cloud: a restarted
+	// plugin rebuilds its state from resources carrying this label.
+	LabelCluster = "prebake.dev/cluster"
+	// LabelGroup is the node group id, on cloud resources and on Nodes.
+	LabelGroup = "prebake.dev/group"
+	// LabelImage is the image id a machine booted from.
+	LabelImage = "prebake.dev/image"
+	// LabelImageKind is prebaked or runtime-install.
+	LabelImageKind = "prebake.dev/image-kind"
+	// LabelMachine is the machine name the core chose, on cloud resources.
+	LabelMachine = "prebake.dev/machine"
+
+	// Standard Kubernetes node labels.
+	LabelHostname     = "kubernetes.io/hostname"
+	LabelArch         = "kubernetes.io/arch"
+	LabelOS           = "kubernetes.io/os"
+	LabelInstanceType = "node.kubernetes.io/instance-type"
+	LabelZone         = "topology.kubernetes.io/zone"
+	LabelRegion       = "topology.kubernetes.io/region"
+
+	// AnnotationFakeNodeReason is set by CA on the fake nodes it synthesises
+	// from instances that have no Node.
+	AnnotationFakeNodeReason = "k8s.io/cluster-autoscaler/fake-node-reason"
+)

@@ -1,0 +1,196 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Provider is what the autoscaling core knows of a cloud. It is small on
+// purpose: value types in and out, no cloud SDK type crosses it.
+//
+// Implementations must be safe for concurrent use: the core calls Create and
+// Delete from several workers while Refresh calls List.
+type Provider interface {
+	// Name is the provider's config key ("kwok", "hcloud", "gce", "static").
+	Name() string
+
+	// List returns every instance this plugin owns in this cluster: one paged
+	// scan filtered by the ownership labels (LabelCluster). Instances of any
+	// group are returned; the core sorts them by Instance.Group.
+	List(ctx context.Context) ([]Instance, error)
+
+	// ProviderID returns the providerID a machine named name will register
+	// with, when the provider can know it before the machine exists (kwok,
+	// gce). known=false means the id is only known after Create returns
+	// (hcloud); the core then shows a placeholder until it does.
+	ProviderID(req CreateRequest) (id string, known bool)
+
+	// Create creates one machine. req.Name is chosen by the core, so a retry
+	// of the same request must not create a second machine: an existing
+	// machine with that name and the ownership labels is returned as is.
+	Create(ctx context.Context, req CreateRequest) (Instance, error)
+
+	// Delete deletes the machine with this providerID. A machine that is
+	// already gone is not an error.
+	Delete(ctx context.Context, providerID string) error
+
+	// MachineType describes a machine type at a location, for scale-from-zero
+	// templates. An unknown type is an error that names it.
+	MachineType(ctx context.Context, name, location string) (MachineType, error)
+
+	// Images returns the provider's image API, or nil when the provider can't
+	// boot custom images; nil means every node uses the runtime-install path.
+	Images() ImageAPI
+
+	// Classify maps an error returned by Create (or Delete) to CA's error
+	// classes, a short stable code, and whether a retry may help.
+	Classify(err error) Classification
+}
+
+// ImageAPI is the part of a provider that boots prebaked images. The image
+// catalog (issue 6) widens it; the core only needs to know it exists.
+type ImageAPI interface {
+	// ImageKind tells which bootstrap path a group booting from channel
+	// takes: prebaked when the channel resolves to an image, runtime-install
+	// otherwise.
+	ImageKind(channel string) ImageKind
+}
+
+// Runner is implemented by providers that own background work (the kwok
+// provider materialises Nodes when a simulated boot ends). The core runs it
+// for the lifetime of the server and stops it through ctx.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// InstanceState is the lifecycle of one machine as CA sees it.
+type InstanceState int
+
+const (
+	// StateCreating: requested, or booting; not yet running.
+	StateCreating InstanceState = iota + 1
+	// StateRunning: the machine is running (its node may still be joining).
+	StateRunning
+	// StateDeleting: a delete was accepted and the machine is going away.
+	StateDeleting
+)
+
+func (s InstanceState) String() string {
+	switch s {
+	case StateCreating:
+		return "creating"
+	case StateRunning:
+		return "running"
+	case StateDeleting:
+		return "deleting"
+	}
+	return fmt.Sprintf("InstanceState(%d)", int(s))
+}
+
+// ImageKind says how a node gets its software.
+type ImageKind string
+
+const (
+	ImagePrebaked       ImageKind = "prebaked"
+	ImageRuntimeInstall ImageKind = "runtime-install"
+)
+
+// ErrorClass is CA's instance error class, as sent on the wire.
+type ErrorClass int32
+
+const (
+	// ErrorOutOfResources is capacity or quota: CA backs the group off and
+	// tries another group within one loop.
+	ErrorOutOfResources ErrorClass = 1
+	// ErrorOther is anything else.
+	ErrorOther ErrorClass = 99
+)
+
+// Classification is the verdict of Provider.Classify.
+type Classification struct {
+	Class ErrorClass
+	// Code is short and stable, for example "QUOTA_EXCEEDED" or
+	// "resource_unavailable"; it is shown to CA as errorCode.
+	Code string
+	// Retryable errors (429, 5xx, timeouts) are retried by the core's
+	// workers with backoff before they are reported.
+	Retryable bool
+}
+
+// InstanceError is a creation failure as reported to CA.
+type InstanceError struct {
+	Class   ErrorClass
+	Code    string
+	Message string
+}
+
+// Instance is one machine.
+type Instance struct {
+	// ProviderID equals, byte for byte, the spec.providerID its Node will
+	// carry.
+	ProviderID string
+	// Name is the machine name the core chose (also the Node name where the
+	// provider controls it).
+	Name  string
+	Group string
+	State InstanceState
+	// Image is the image id the machine booted from ("" for runtime-install).
+	Image     string
+	ImageKind ImageKind
+	// CreatedAt is when the cloud accepted the machine, zero if unknown.
+	CreatedAt time.Time
+	// Error is set for a machine the cloud reports as failed.
+	Error *InstanceError
+}
+
+// Taint is a node taint, a value copy of core/v1 Taint.
+type Taint struct {
+	Key    string
+	Value  string
+	Effect string // NoSchedule, PreferNoSchedule or NoExecute
+}
+
+// CreateRequest asks for one machine of a group.
+type CreateRequest struct {
+	// Name is chosen by the core and unique in the cluster; it makes Create
+	// idempotent.
+	Name        string
+	Cluster     string
+	Group       string
+	MachineType string
+	Location    string
+	// ImageChannel is the catalog channel the group boots from ("" for none).
+	ImageChannel string
+	ImageKind    ImageKind
+	// NodeLabels and NodeTaints are what the Node must carry once
+	// registered, the standard labels included (see NodeLabels).
+	NodeLabels map[string]string
+	NodeTaints []Taint
+	// UserData is rendered cloud-init. Never log it: it holds join secrets.
+	UserData []byte
+}
+
+// MachineType is what the core needs of a machine type to build a template.
+type MachineType struct {
+	Name string
+	// MilliCPU is the number of CPU millicores.
+	MilliCPU int64
+	// MemoryBytes is the machine's memory.
+	MemoryBytes int64
+	// EphemeralStorageBytes is the root disk; 0 means unknown.
+	EphemeralStorageBytes int64
+	// Pods is the kubelet's max pods; 0 means 110.
+	Pods    int64
+	GPUs    int64
+	GPUType string
+	// Arch is the Kubernetes arch name: amd64 or arm64.
+	Arch string
+	// PricePerHour is in the provider's currency; 0 means unknown.
+	PricePerHour float64
+}
+
+// ErrNotFound is returned (wrapped) for a machine type, location or machine
+// that does not exist.
+var ErrNotFound = errors.New("not found")
