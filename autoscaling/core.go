@@ -95,9 +95,11 @@ type Core struct {
 	nodeNames map[string]string
 	closing   bool
 
-	// syncMu serialises Sync per provider; see refresh.go.
+	// syncMu serialises Sync; see refresh.go. kick asks the sync loop for
+	// an early Sync.
 	syncMu   sync.Mutex
-	lastSync map[string]time.Time // by provider; guarded by syncMu
+	kick     chan struct{}
+	lastSync map[string]time.Time // provider's last good List; guarded by mu
 	synced   map[string]bool      // provider listed OK at least once; guarded by mu
 	listErr  map[string]error     // provider's last List error; guarded by mu
 
@@ -112,6 +114,8 @@ type group struct {
 	// template is the marshalled core/v1 Node; built in New, never empty.
 	template    []byte
 	machineType providers.MachineType
+	// debug is CA's free-text description of the group.
+	debug string
 	// instances by machine name; guarded by Core.mu.
 	instances map[string]*instance
 }
@@ -186,6 +190,7 @@ func New(ctx context.Context, o Options) (*Core, error) {
 		byName:       map[string]*instance{},
 		nodeNames:    map[string]string{},
 		lastSync:     map[string]time.Time{},
+		kick:         make(chan struct{}, 1),
 		synced:       map[string]bool{},
 		listErr:      map[string]error{},
 	}
@@ -227,7 +232,8 @@ func (c *Core) newGroup(ctx context.Context, spec GroupSpec, p providers.Provide
 	if images := p.Images(); images != nil && spec.ImageChannel != "" {
 		kind = images.ImageKind(spec.ImageChannel)
 	}
-	g := &group{spec: spec, provider: p, imageKind: kind, machineType: mt, instances: map[string]*instance{}}
+	g := &group{spec: spec, provider: p, imageKind: kind, machineType: mt, instances: map[string]*instance{},
+		debug: fmt.Sprintf("provider=%s machineType=%s zone=%s image=%s", spec.Provider, spec.MachineType, spec.Zone, kind)}
 	g.template, err = buildTemplate(c.opts.Cluster, g, c.opts.Reserved, c.opts.GPULabel)
 	if err != nil {
 		return nil, fmt.Errorf("node group %q: template: %w", spec.ID, err)
@@ -309,10 +315,7 @@ type GroupInfo struct {
 }
 
 func (g *group) info() GroupInfo {
-	return GroupInfo{
-		ID: g.spec.ID, MinSize: g.spec.MinSize, MaxSize: g.spec.MaxSize,
-		Debug: fmt.Sprintf("provider=%s machineType=%s zone=%s image=%s", g.spec.Provider, g.spec.MachineType, g.spec.Zone, g.imageKind),
-	}
+	return GroupInfo{ID: g.spec.ID, MinSize: g.spec.MinSize, MaxSize: g.spec.MaxSize, Debug: g.debug}
 }
 
 // NodeGroups returns every group in configured order.
@@ -433,6 +436,9 @@ func (i *instance) viewState() providers.InstanceState {
 		return providers.StateDeleting
 	case phaseQueued, phaseCreating, phaseFailed:
 		return providers.StateCreating
+	}
+	if !i.registeredAt.IsZero() {
+		return providers.StateRunning
 	}
 	if i.state == 0 {
 		return providers.StateCreating

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -604,4 +605,60 @@ func TestConcurrentHammer(t *testing.T) {
 			t.Errorf("machine %s exists in the cloud but the core doesn't list it (leak)", m)
 		}
 	}
+}
+
+func TestLogsNeverHoldUserData(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	p := fake.New()
+	p.InjectCreateErrors(errors.New("boom"))
+	c, err := New(t.Context(), Options{
+		Cluster: "c", Providers: map[string]providers.Provider{"fake": p},
+		Groups: []GroupSpec{{ID: "g1", Provider: "fake", MaxSize: 3, MachineType: "m1", UserData: []byte("#cloud-config\njoin-token: s3cr3t-t0ken")}},
+		Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.IncreaseSize("g1", 2); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both creations settled", func() bool {
+		failed := 0
+		for _, v := range mustNodes(t, c, "g1") {
+			if v.Error != nil {
+				failed++
+			}
+		}
+		return failed == 1 && len(p.Machines()) == 1
+	})
+	if err := c.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "s3cr3t") {
+		t.Fatalf("user-data leaked into the logs:\n%s", buf.String())
+	}
+	if !strings.Contains(buf.String(), "create failed") {
+		t.Fatalf("expected the failure to be logged; logs:\n%s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -12,41 +12,62 @@ import (
 	"github.com/prebake-dev/prebake/providers"
 )
 
-// Refresh is CA's call at the start of every loop. It re-lists the
-// providers whose last List is older than the TTL. It fails only while a
-// provider has never been listed: acting on an empty picture would create
-// duplicates of machines that already exist.
+// Refresh is CA's call at the start of every loop. It never waits on a
+// cloud: when a provider's snapshot is older than the TTL it asks the sync
+// loop to re-list and answers from the snapshot at once (a List slower than
+// CA's grpc_timeout would otherwise abort every CA loop). It fails only
+// while a provider has never been listed: acting on an empty picture would
+// create duplicates of machines that already exist.
 func (c *Core) Refresh(ctx context.Context) error {
-	c.Sync(ctx, false)
+	if c.stale() {
+		select {
+		case c.kick <- struct{}{}:
+		default: // a sync is already due
+		}
+	}
 	if err := c.Ready(); err != nil {
 		return fmt.Errorf("%w: %v; check the provider's credentials and endpoint (metric prebake_refresh_errors_total)", ErrUnavailable, err)
 	}
 	return nil
 }
 
+// stale reports whether some provider's snapshot is older than the TTL.
+func (c *Core) stale() bool {
+	now := c.now()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for name := range c.workers {
+		if now.Sub(c.lastSync[name]) >= c.opts.RefreshInterval {
+			return true
+		}
+	}
+	return false
+}
+
 // Sync lists every provider whose snapshot is older than the TTL (all of
-// them when force is set), in parallel, and reconciles the instances.
+// them when force is set), in parallel, and reconciles the instances. One
+// Sync runs at a time.
 func (c *Core) Sync(ctx context.Context, force bool) {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
 	now := c.now()
-	var wg sync.WaitGroup
+	var due []providers.Provider
+	c.mu.RLock()
 	for _, name := range slices.Sorted(maps.Keys(c.workers)) {
-		if !force && now.Sub(c.lastSync[name]) < c.opts.RefreshInterval {
-			continue
+		if force || now.Sub(c.lastSync[name]) >= c.opts.RefreshInterval {
+			due = append(due, c.workers[name].provider)
 		}
-		w := c.workers[name]
-		wg.Go(func() {
-			if c.syncProvider(ctx, w.provider) {
-				c.lastSync[name] = c.now()
-			}
-		})
+	}
+	c.mu.RUnlock()
+	var wg sync.WaitGroup
+	for _, p := range due {
+		wg.Go(func() { c.syncProvider(ctx, p) })
 	}
 	wg.Wait()
 }
 
-// syncLoop keeps the snapshot fresh while CA is quiet, so the metrics and
-// the timeline move even without Refresh calls.
+// syncLoop keeps the snapshot fresh: every TTL, and at once when Refresh
+// finds it stale.
 func (c *Core) syncLoop(ctx context.Context) {
 	t := time.NewTicker(c.opts.RefreshInterval)
 	defer t.Stop()
@@ -55,8 +76,9 @@ func (c *Core) syncLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.Sync(ctx, false)
+		case <-c.kick:
 		}
+		c.Sync(ctx, false)
 	}
 }
 
@@ -77,6 +99,9 @@ func (c *Core) syncProvider(ctx context.Context, p providers.Provider) bool {
 		return false
 	}
 	redelete := c.reconcile(p, listed, start)
+	c.mu.Lock()
+	c.lastSync[p.Name()] = c.now()
+	c.mu.Unlock()
 	for _, inst := range redelete {
 		c.workers[p.Name()].enqueue(task{kind: taskDelete, inst: inst})
 	}
@@ -124,7 +149,11 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 		case inst.phase == phaseAccepted || inst.phase == phaseFailed && li.Error == nil:
 			inst.phase = phaseAccepted
 			inst.err = li.Error
-			inst.state = li.State
+			// A registered node's machine is running, whatever a cloud that
+			// lags behind says.
+			if inst.registeredAt.IsZero() || li.State == providers.StateRunning {
+				inst.state = li.State
+			}
 			if li.Error != nil {
 				inst.phase = phaseFailed
 			}

@@ -204,7 +204,16 @@ func (c *Core) DeleteNodes(id string, nodes []Node) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: node group %q has no node %s; nothing was deleted", ErrInvalidArgument, id, strings.Join(foreign, ", "))
 	}
-	if t := g.targetLocked(); t-len(victims) < g.spec.MinSize {
+	// Failed creations never existed in the cloud: removing them is always
+	// allowed (CA retries them every loop until they are gone). The
+	// minimum guards machines that exist.
+	existing := 0
+	for _, inst := range victims {
+		if inst.phase != phaseFailed {
+			existing++
+		}
+	}
+	if t := g.targetLocked(); existing > 0 && t-len(victims) < g.spec.MinSize {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: node group %q: deleting %d nodes would take target %d below minSize %d; nothing was deleted",
 			ErrFailedPrecondition, id, len(victims), t, g.spec.MinSize)
