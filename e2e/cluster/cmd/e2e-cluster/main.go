@@ -1,0 +1,71 @@
+// Command e2e-cluster builds and runs the e2e cluster outside of tests, for `make demo` and
+// for poking at a cluster by hand:
+//
+//	go run ./e2e/cluster/cmd/e2e-cluster build          # build or reuse the binaries
+//	go run ./e2e/cluster/cmd/e2e-cluster up [-dir D]    # start; Ctrl-C stops it
+//	go run ./e2e/cluster/cmd/e2e-cluster reap -dir D    # kill what a killed `up` left
+//
+// `up` prints the KUBECONFIG to use and runs in the foreground until SIGINT or SIGTERM, so no
+// cluster outlives it. PREBAKE_E2E_BACKEND picks the backend as in the tests.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/prebake-dev/prebake/e2e/cluster"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: e2e-cluster build | up [-dir D] | reap -dir D")
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	defaultDir := filepath.Join(os.TempDir(), "prebake-e2e-cluster")
+	dir := fs.String("dir", defaultDir, "work directory: certificates, logs, pid files, kubeconfig")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch args[0] {
+	case "build":
+		bins, err := cluster.Build(ctx, cluster.BuildOptions{Out: os.Stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Println(filepath.Dir(bins.KubeAPIServer))
+		return nil
+	case "reap":
+		return cluster.ReapStale(*dir)
+	case "up":
+		b, err := cluster.NewBackend(ctx, "", cluster.Options{Dir: *dir, Out: os.Stderr})
+		if err != nil {
+			return err
+		}
+		if err := b.Start(ctx); err != nil {
+			return err
+		}
+		fmt.Printf("export KUBECONFIG=%s\n", b.Kubeconfig())
+		fmt.Fprintln(os.Stderr, "cluster running; press Ctrl-C to stop it")
+		<-ctx.Done()
+		fmt.Fprintln(os.Stderr, "stopping")
+		return b.Stop(context.Background())
+	default:
+		return fmt.Errorf("unknown command %q: use build, up or reap", args[0])
+	}
+}
