@@ -78,7 +78,17 @@ func (k *KubeNodes) Watch(ctx context.Context, c *Core) error {
 	return nil
 }
 
+// nodeReady is CA's rule: the Ready condition is True and none of the
+// taints that keep pods off a starting node is left. (The API server adds
+// node.kubernetes.io/not-ready to a new Node whatever its condition says,
+// until the node lifecycle controller lifts it.)
 func nodeReady(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable:
+			return false
+		}
+	}
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue

@@ -22,10 +22,10 @@ func testLease(name, cluster, group string, requested time.Time) *coordinationv1
 		Namespace: DefaultNamespace,
 		Labels:    ownerLabels(cluster, group, providers.ImagePrebaked, name),
 		Annotations: map[string]string{
-			annotationProviderID:  "kwok://" + name,
+			AnnotationProviderID:  "kwok://" + name,
 			annotationMachineType: "kwok-small",
 			annotationZone:        "zone-a",
-			annotationRequestedAt: requested.Format(time.RFC3339Nano),
+			AnnotationRequestedAt: requested.Format(time.RFC3339Nano),
 			annotationBootEndsAt:  requested.Add(time.Second).Format(time.RFC3339Nano),
 			annotationNodeLabels:  `{}`,
 			annotationNodeTaints:  `[]`,

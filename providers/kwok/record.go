@@ -15,14 +15,15 @@ import (
 )
 
 // Lease annotations: the machine record. They hold everything needed to
-// build the Node, so a restarted plugin needs nothing else.
+// build the Node, so a restarted plugin needs nothing else. The two
+// exported ones are read by the e2e timeline.
 const (
 	annotationPrefix      = "kwok.prebake.dev/"
-	annotationProviderID  = annotationPrefix + "provider-id"
+	AnnotationProviderID  = annotationPrefix + "provider-id"
 	annotationMachineType = annotationPrefix + "machine-type"
 	annotationZone        = annotationPrefix + "zone"
 	annotationRegion      = annotationPrefix + "region"
-	annotationRequestedAt = annotationPrefix + "requested-at" // RFC3339Nano
+	AnnotationRequestedAt = annotationPrefix + "requested-at" // RFC3339Nano
 	annotationBootEndsAt  = annotationPrefix + "boot-ends-at" // RFC3339Nano
 	annotationNodeLabels  = annotationPrefix + "node-labels"  // JSON object
 	annotationNodeTaints  = annotationPrefix + "node-taints"  // JSON list of core/v1 Taints
@@ -57,10 +58,10 @@ func (r record) lease(cluster, namespace string) (*coordinationv1.Lease, error) 
 		return nil, fmt.Errorf("encode node taints: %w", err)
 	}
 	ann := map[string]string{
-		annotationProviderID:  r.ProviderID,
+		AnnotationProviderID:  r.ProviderID,
 		annotationMachineType: r.MachineType,
 		annotationZone:        r.Zone,
-		annotationRequestedAt: r.RequestedAt.UTC().Format(time.RFC3339Nano),
+		AnnotationRequestedAt: r.RequestedAt.UTC().Format(time.RFC3339Nano),
 		annotationBootEndsAt:  r.BootEndsAt.UTC().Format(time.RFC3339Nano),
 		annotationNodeLabels:  string(labels),
 		annotationNodeTaints:  string(taints),
@@ -96,7 +97,7 @@ func recordFromLease(l *coordinationv1.Lease) (record, error) {
 	a := l.Annotations
 	r := record{
 		Name:        l.Name,
-		ProviderID:  a[annotationProviderID],
+		ProviderID:  a[AnnotationProviderID],
 		Group:       l.Labels[providers.LabelGroup],
 		ImageKind:   providers.ImageKind(l.Labels[providers.LabelImageKind]),
 		MachineType: a[annotationMachineType],
@@ -108,16 +109,16 @@ func recordFromLease(l *coordinationv1.Lease) (record, error) {
 	}
 	name, err := providerid.Parse(r.ProviderID)
 	if err != nil {
-		return bad("annotation %s: %v", annotationProviderID, err)
+		return bad("annotation %s: %v", AnnotationProviderID, err)
 	}
 	if name != l.Name {
-		return bad("annotation %s is %q, want %q", annotationProviderID, r.ProviderID, providerid.Format(l.Name))
+		return bad("annotation %s is %q, want %q", AnnotationProviderID, r.ProviderID, providerid.Format(l.Name))
 	}
 	if r.MachineType == "" {
 		return bad("annotation %s is missing", annotationMachineType)
 	}
-	if r.RequestedAt, err = time.Parse(time.RFC3339Nano, a[annotationRequestedAt]); err != nil {
-		return bad("annotation %s: %v", annotationRequestedAt, err)
+	if r.RequestedAt, err = time.Parse(time.RFC3339Nano, a[AnnotationRequestedAt]); err != nil {
+		return bad("annotation %s: %v", AnnotationRequestedAt, err)
 	}
 	if r.BootEndsAt, err = time.Parse(time.RFC3339Nano, a[annotationBootEndsAt]); err != nil {
 		return bad("annotation %s: %v", annotationBootEndsAt, err)
@@ -168,7 +169,7 @@ func (p *Provider) node(r record) (*corev1.Node, error) {
 // still listed, so the core can delete it.
 func instanceFromLease(l *coordinationv1.Lease) providers.Instance {
 	inst := providers.Instance{
-		ProviderID: l.Annotations[annotationProviderID],
+		ProviderID: l.Annotations[AnnotationProviderID],
 		Name:       l.Name,
 		Group:      l.Labels[providers.LabelGroup],
 		State:      providers.StateCreating,
@@ -178,7 +179,7 @@ func instanceFromLease(l *coordinationv1.Lease) providers.Instance {
 	if inst.ProviderID == "" {
 		inst.ProviderID = providerid.Format(l.Name)
 	}
-	if t, err := time.Parse(time.RFC3339Nano, l.Annotations[annotationRequestedAt]); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, l.Annotations[AnnotationRequestedAt]); err == nil {
 		inst.CreatedAt = t
 	}
 	if l.DeletionTimestamp != nil {
