@@ -29,6 +29,7 @@ import (
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/timeline"
+	"github.com/prebake-dev/prebake/e2e/wait"
 	protos "github.com/prebake-dev/prebake/externalgrpc/proto"
 	"github.com/prebake-dev/prebake/internal/certs"
 	"github.com/prebake-dev/prebake/providers"
@@ -372,36 +373,10 @@ func (e *env) pod(name string, spec podSpec) *corev1.Pod {
 func (e *env) waitFor(what string, timeout time.Duration, cond func(context.Context) (bool, error)) time.Duration {
 	e.t.Helper()
 	start := time.Now()
-	if err := poll(e.ctx, timeout, cond); err != nil {
+	if err := wait.Poll(e.ctx, timeout, 50*time.Millisecond, cond); err != nil {
 		e.t.Fatalf("waiting for %s: %v", what, err)
 	}
 	return time.Since(start)
-}
-
-// poll is waitFor without a test: it returns an error instead of failing.
-func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok && err == nil {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
 
 // podsRunning reports whether every pod of keys is Running.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/timeline"
+	"github.com/prebake-dev/prebake/e2e/wait"
 	protos "github.com/prebake-dev/prebake/externalgrpc/proto"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/kwok/providerid"
@@ -76,7 +77,7 @@ func (w wrongProviderIDs) Invoke(ctx context.Context, method string, args, reply
 // scaleFromZero runs scenario a against group and returns why it failed.
 func (e *env) scaleFromZero(group string) error {
 	keys := e.createPods("p", 1, podSpec{CPU: "500m", Selector: map[string]string{providers.LabelGroup: group}})
-	if err := poll(e.ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
+	if err := wait.Poll(e.ctx, 60*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		n, err := e.podsRunning(ctx, keys)
 		return n == 1, err
 	}); err != nil {
@@ -106,13 +107,13 @@ func (e *env) scaleFromZero(group string) error {
 		return fmt.Errorf("the pod runs on node %s whose spec.providerID is %q, but NodeGroupNodes lists its instance as %q: "+
 			"CA would count the instance as never registered and delete it after max-node-provision-time", node.Name, node.Spec.ProviderID, id)
 	}
-	if err := poll(e.ctx, 15*time.Second, func(ctx context.Context) (bool, error) {
+	if err := wait.Poll(e.ctx, 15*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
 		insts, err := e.listInstances(ctx, group)
 		return err == nil && len(insts) == 1 && insts[0].GetStatus().GetInstanceState() == protos.InstanceStatus_instanceRunning, err
 	}); err != nil {
 		return fmt.Errorf("instance %s never listed as running: %w", id, err)
 	}
-	if err := poll(e.ctx, 15*time.Second, func(context.Context) (bool, error) {
+	if err := wait.Poll(e.ctx, 15*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) {
 		in, ok := e.standin.Instance(id)
 		return ok && in.Requested && !in.PodPendingSeen.IsZero() && !in.Ready.IsZero() && !in.PodRunning.IsZero(), nil
 	}); err != nil {

@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/prebake-dev/prebake/e2e/spawn"
 )
 
 func TestGeneratePKI(t *testing.T) {
@@ -210,8 +212,8 @@ func TestProcessStopAndReap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sp := newSpawner()
-	defer sp.close()
+	sp := spawn.New()
+	defer sp.Close()
 
 	t.Run("stop", func(t *testing.T) {
 		p, err := startProcess(sp, "sleep", "sleep", []string{"60"}, os.Environ(), logs, pids)

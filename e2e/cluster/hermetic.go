@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/prebake-dev/prebake/e2e/spawn"
 )
 
 // Component names. They are also the binary names, the log file names (logs/<name>.log) and
@@ -60,7 +62,7 @@ type Hermetic struct {
 	dir  string // absolute opts.Dir
 
 	mu    sync.Mutex // guards the fields below.
-	sp    *spawner
+	sp    *spawn.Spawner
 	procs []*process // in start order
 }
 
@@ -174,7 +176,7 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 	logf("certificates and kubeconfig written; ports etcd=%d apiserver=%d kcm=%d scheduler=%d kwok=%d",
 		pt.etcdClient, pt.apiserver, pt.kcm, pt.scheduler, pt.kwok)
 
-	h.sp = newSpawner()
+	h.sp = spawn.New()
 	bins := h.opts.Binaries
 	env := os.Environ()
 	start := func(name, bin string, env []string, args ...string) (*process, error) {
@@ -354,7 +356,7 @@ func (h *Hermetic) stopLocked() error {
 	}
 	h.procs = nil
 	if h.sp != nil {
-		h.sp.close()
+		h.sp.Close()
 		h.sp = nil
 	}
 	if err := errors.Join(errs...); err != nil {

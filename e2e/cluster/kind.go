@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/prebake-dev/prebake/e2e/spawn"
 )
 
 // EnvKindImage overrides the kind node image (default kindest/node:<KubernetesVersion>).
@@ -48,7 +50,7 @@ type Kind struct {
 	dir  string
 
 	mu      sync.Mutex // guards the fields below.
-	sp      *spawner
+	sp      *spawn.Spawner
 	kwok    *process
 	created bool
 }
@@ -142,7 +144,7 @@ func (k *Kind) Start(ctx context.Context) (err error) {
 			return err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-		k.sp = newSpawner()
+		k.sp = spawn.New()
 		k.kwok, err = startProcess(k.sp, compKwok, k.opts.Kwok, kwokArgs(k.Kubeconfig(), k.opts.KwokStages, addr),
 			os.Environ(), filepath.Join(k.dir, "logs"), filepath.Join(k.dir, "pids"))
 		if err != nil {
@@ -174,7 +176,7 @@ func (k *Kind) stopLocked(ctx context.Context) error {
 		k.kwok = nil
 	}
 	if k.sp != nil {
-		k.sp.close()
+		k.sp.Close()
 		k.sp = nil
 	}
 	if k.created {

@@ -9,11 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prebake-dev/prebake/e2e/spawn"
 )
 
 const (
@@ -22,54 +23,6 @@ const (
 	// killWait bounds the wait for the kernel to tear a process down after SIGKILL.
 	killWait = 5 * time.Second
 )
-
-// spawner starts processes from one goroutine locked to its OS thread.
-//
-// Pdeathsig fires when the *thread* that forked the child exits, not when the process exits
-// (golang/go#27505). The Go runtime retires a thread only when a goroutine that locked it
-// exits, so children forked from an arbitrary goroutine could be killed at a random moment if
-// that goroutine had locked its thread. Forking from one dedicated, locked thread that lives
-// until close makes the signal mean exactly "our process is gone, or close was called". The
-// thread is never unlocked, so close retires it, and any child still alive then gets SIGKILL.
-type spawner struct {
-	reqs chan spawnReq
-	quit chan struct{}
-}
-
-type spawnReq struct {
-	cmd *exec.Cmd
-	res chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{})}
-	go s.loop()
-	return s
-}
-
-func (s *spawner) loop() {
-	runtime.LockOSThread() // never unlocked, see the type comment.
-	for {
-		select {
-		case r := <-s.reqs:
-			r.res <- r.cmd.Start()
-		case <-s.quit:
-			return
-		}
-	}
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	res := make(chan error, 1)
-	select {
-	case s.reqs <- spawnReq{cmd: cmd, res: res}:
-		return <-res
-	case <-s.quit:
-		return errors.New("spawner closed")
-	}
-}
-
-func (s *spawner) close() { close(s.quit) }
 
 // process is one running component.
 type process struct {
@@ -83,7 +36,7 @@ type process struct {
 
 // startProcess starts bin with args in its own process group, with stdout and stderr going
 // to a fresh logDir/<name>.log and its PID written to pidDir/<name>.pid.
-func startProcess(sp *spawner, name, bin string, args, env []string, logDir, pidDir string) (*process, error) {
+func startProcess(sp *spawn.Spawner, name, bin string, args, env []string, logDir, pidDir string) (*process, error) {
 	p := &process{
 		name:    name,
 		logPath: filepath.Join(logDir, name+".log"),
@@ -101,7 +54,7 @@ func startProcess(sp *spawner, name, bin string, args, env []string, logDir, pid
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := sp.start(p.cmd); err != nil {
+	if err := sp.Start(p.cmd); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", name, bin, err)
 	}
 	go func() {

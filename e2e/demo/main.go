@@ -36,7 +36,9 @@ import (
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/timeline"
+	"github.com/prebake-dev/prebake/e2e/wait"
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/kwok"
 )
 
 const podNamespace = "demo"
@@ -225,7 +227,7 @@ func createNamespace(ctx context.Context, kube kubernetes.Interface) error {
 		return fmt.Errorf("create namespace %s: %w", podNamespace, err)
 	}
 	// The ServiceAccount admission plugin refuses pods until the controller made "default".
-	return poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+	return wait.Poll(ctx, time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().ServiceAccounts(podNamespace).Get(ctx, "default", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
@@ -253,7 +255,7 @@ func pod(name string, cpu resource.Quantity) *corev1.Pod {
 }
 
 func waitRunning(ctx context.Context, kube kubernetes.Interface, want int) error {
-	err := poll(ctx, 10*time.Minute, func(ctx context.Context) (bool, error) {
+	err := wait.Poll(ctx, 10*time.Minute, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		l, err := kube.CoreV1().Pods(podNamespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -281,37 +283,11 @@ func createCalled(ctx context.Context, kube kubernetes.Interface, cfg *config.Co
 	}
 	out := map[string]time.Time{}
 	for _, le := range l.Items {
-		if t, err := time.Parse(time.RFC3339Nano, le.Annotations["kwok.prebake.dev/requested-at"]); err == nil {
-			out[le.Annotations["kwok.prebake.dev/provider-id"]] = t
+		if t, err := time.Parse(time.RFC3339Nano, le.Annotations[kwok.AnnotationRequestedAt]); err == nil {
+			out[le.Annotations[kwok.AnnotationProviderID]] = t
 		}
 	}
 	return out, nil
-}
-
-// poll checks cond every 100 ms until it holds, ctx ends or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok && err == nil {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil && !errors.Is(ctx.Err(), context.Canceled) {
-				return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
 
 func relTo(base, path string) string {

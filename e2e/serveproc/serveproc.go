@@ -20,11 +20,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prebake-dev/prebake/e2e/spawn"
 )
 
 // Build compiles ./cmd/prebake of the module at moduleDir into dir and returns the binary's
@@ -75,7 +76,7 @@ type Options struct {
 type Process struct {
 	o       Options
 	logPath string
-	sp      *spawner
+	sp      *spawn.Spawner
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -101,9 +102,9 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 60 * time.Second
 	}
-	p := &Process{o: o, logPath: filepath.Join(o.Dir, "prebake-serve.log"), sp: newSpawner()}
+	p := &Process{o: o, logPath: filepath.Join(o.Dir, "prebake-serve.log"), sp: spawn.New()}
 	if err := p.start(ctx, o.Listen, o.HTTPListen); err != nil {
-		p.sp.close()
+		p.sp.Close()
 		return nil, err
 	}
 	return p, nil
@@ -138,7 +139,7 @@ func (p *Process) start(ctx context.Context, listen, httpListen string) error {
 	cmd.Env = append(os.Environ(), p.o.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.sp.start(cmd); err != nil {
+	if err := p.sp.Start(cmd); err != nil {
 		return fmt.Errorf("serveproc: start %s: %w", p.o.Binary, err)
 	}
 	done := make(chan struct{})
@@ -317,7 +318,7 @@ func (p *Process) Stop() {
 // Close stops the process and releases the thread it was forked from.
 func (p *Process) Close() {
 	p.Stop()
-	p.sp.close()
+	p.sp.Close()
 }
 
 // Restart starts the process again on the addresses it had, as a supervisor restarting a
@@ -363,45 +364,3 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-// spawner forks from one goroutine locked to its OS thread, so Pdeathsig means "the test
-// process is gone" and not "some runtime thread exited" (golang/go#27505). close retires the
-// thread; a child still alive then gets SIGKILL.
-type spawner struct {
-	reqs chan spawnReq
-	quit chan struct{}
-	once sync.Once
-}
-
-type spawnReq struct {
-	cmd *exec.Cmd
-	res chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread() // never unlocked, see the type comment
-		for {
-			select {
-			case r := <-s.reqs:
-				r.res <- r.cmd.Start()
-			case <-s.quit:
-				return
-			}
-		}
-	}()
-	return s
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	res := make(chan error, 1)
-	select {
-	case s.reqs <- spawnReq{cmd: cmd, res: res}:
-		return <-res
-	case <-s.quit:
-		return errors.New("spawner closed")
-	}
-}
-
-func (s *spawner) close() { s.once.Do(func() { close(s.quit) }) }
