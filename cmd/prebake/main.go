@@ -20,6 +20,7 @@ IncreaseSize in milliseconds, and boots nodes from prebaked images.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServeCommand(), newVersionCommand(), newCertsCommand())
+	root.AddCommand(newMeshCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "prebake:", err)
 		os.Exit(1)

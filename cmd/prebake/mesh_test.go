@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func runMesh(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newMeshCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestMeshPlanAcceptance(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args                       []string
+		rounds, pairs, lowerBound  int
+		firstRoundLen, lastRoundLn int
+	}{
+		{[]string{"--generate", "511"}, 511, 130305, 511, 255, 255},
+		{[]string{"--generate", "512"}, 511, 130816, 511, 256, 256},
+		{[]string{"--generate", "511", "--existing", "510"}, 510, 510, 510, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			out, err := runMesh(t, append([]string{"plan", "-o", "json"}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("mesh plan: %v\n%s", err, out)
+			}
+			var got struct {
+				Rounds [][]struct {
+					A string `json:"a"`
+					B string `json:"b"`
+				} `json:"rounds"`
+				RoundCount int `json:"roundCount"`
+				PairCount  int `json:"pairCount"`
+				LowerBound int `json:"lowerBound"`
+			}
+			dec := json.NewDecoder(strings.NewReader(out))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&got); err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if g, w := [3]int{got.RoundCount, got.PairCount, got.LowerBound}, [3]int{tt.rounds, tt.pairs, tt.lowerBound}; g != w {
+				t.Errorf("roundCount, pairCount, lowerBound = %v, want %v", g, w)
+			}
+			if len(got.Rounds) != tt.rounds || len(got.Rounds[0]) != tt.firstRoundLen || len(got.Rounds[len(got.Rounds)-1]) != tt.lastRoundLn {
+				t.Errorf("rounds: %d, first holds %d, last holds %d", len(got.Rounds), len(got.Rounds[0]), len(got.Rounds[len(got.Rounds)-1]))
+			}
+		})
+	}
+}
+
+func TestMeshPlanTable(t *testing.T) {
+	t.Parallel()
+	out, err := runMesh(t, "plan", "--generate", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `clusters 4 (existing 0)  pairs 6  rounds 3  lowerBound 3  method circle
+
+ROUND  PAIRS  OPERATIONS
+1      2      c1-c4 c2-c3
+2      2      c1-c3 c2-c4
+3      2      c1-c2 c3-c4
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+}
+
+func TestMeshPlanClustersFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "clusters.yaml")
+	if err := os.WriteFile(good, []byte("clusters:\n  - name: a\n  - name: b\n  - name: c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runMesh(t, "plan", "--clusters", good, "--existing", "2", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"rounds":[[{"a":"b","b":"c"}],[{"a":"a","b":"c"}]],"roundCount":2,"pairCount":2,"lowerBound":2}` + "\n"
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("json (-want +got):\n%s", diff)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("clusters:\n  - name: a\n    id: 300\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runMesh(t, "plan", "--clusters", bad); err == nil || !strings.Contains(err.Error(), `cluster "a" (`+bad+`:2): id 300 needs maxConnectedClusters: 511`) {
+		t.Errorf("bad file: error %v", err)
+	}
+}
+
+func TestMeshPlanFlagErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan"}, "at least one of the flags in the group [clusters generate] is required"},
+		{[]string{"plan", "--generate", "3", "--clusters", "x"}, "were all set"},
+		{[]string{"plan", "--generate", "3", "--existing", "4"}, "--existing 4: want 0..3"},
+		{[]string{"plan", "--generate", "3", "-o", "yaml"}, `-o "yaml": want table or json`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			_, err := runMesh(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMeshApply(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "clusters.yaml")
+	body := `clusters:
+  - name: a
+    clustermeshAPIServer: 10.0.0.1:32379
+  - name: b
+    clustermeshAPIServer: 10.0.0.2:32379
+  - name: c
+    clustermeshAPIServer: 10.0.0.3:32379
+`
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(dir, "values")
+
+	out, err := runMesh(t, "apply", "--clusters", file, "--backend", "helm-values", "--out", values, "--dry-run")
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"dry-run: would set a peers to [b c]", "declarative  1/1     3", "dry-run: nothing was written"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(values); !os.IsNotExist(err) {
+		t.Errorf("dry run created %s: %v", values, err)
+	}
+
+	if out, err = runMesh(t, "apply", "--clusters", file, "--backend", "helm-values", "--out", values); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(values, "b.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"name: b\n  id: 2\n", "      a:\n        ips:\n          - 10.0.0.1\n        port: 32379\n", "      c:\n"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("b.yaml lacks %q:\n%s", want, got)
+		}
+	}
+	out, err = runMesh(t, "status", "--clusters", file, "--out", values)
+	if err != nil || !strings.Contains(out, "all 3 clusters list exactly their peers") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+	if err := os.Remove(filepath.Join(values, "c.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runMesh(t, "status", "--clusters", file, "--out", values)
+	if err != nil || !strings.Contains(out, "c        0           a,b      -") || !strings.Contains(out, "1 of 3 clusters need a write") {
+		t.Errorf("status after removing c.yaml: %v\n%s", err, out)
+	}
+	// Only c is written again.
+	if out, err = runMesh(t, "apply", "--clusters", file, "--backend", "helm-values", "--out", values); err != nil || !strings.Contains(out, "declarative  1/1     1") {
+		t.Errorf("repair: %v\n%s", err, out)
+	}
+	// Again: nothing to write.
+	if out, err = runMesh(t, "apply", "--clusters", file, "--backend", "helm-values", "--out", values); err != nil || !strings.Contains(out, "declarative  0/0     0") {
+		t.Errorf("re-apply: %v\n%s", err, out)
+	}
+}
+
+func TestMeshApplySimulatedPairwise(t *testing.T) {
+	t.Parallel()
+	out, err := runMesh(t, "apply", "--generate", "6", "--existing", "2", "--backend", "simulated", "--mode", "pairwise", "--op-time", "0")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// Adding 4 to 2: Δ = 5 rounds, 4·2 + 6 = 14 pairs.
+	for _, want := range []string{"round 5/5:", "total 14/14 done, 0 failed", "circle-split  5/5     14          14         0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMeshApplyErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apply", "--generate", "3"}, `required flag(s) "backend" not set`},
+		{[]string{"apply", "--generate", "3", "--backend", "cilium"}, "--backend cilium is not implemented yet"},
+		{[]string{"apply", "--generate", "3", "--backend", "helm-values"}, "--backend helm-values needs --clusters"},
+		{[]string{"apply", "--generate", "3", "--backend", "simulated", "--mode", "x"}, `--mode "x"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			if _, err := runMesh(t, tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

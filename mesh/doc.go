@@ -1,0 +1,18 @@
+// Package mesh joins clusters into a Cilium Cluster Mesh.
+//
+// It holds three things:
+//   - the cluster registry (LoadFile, Validate, AssignIDs), which enforces Cilium's
+//     name, id, maxConnectedClusters and pod CIDR rules without importing Cilium;
+//   - the round scheduler (Plan), a pure function from the current and the wanted
+//     connection graphs to rounds of disjoint pairs;
+//   - the executor (Executor), which runs a schedule against a Backend.
+//
+// Invariants:
+//   - Plan is deterministic: the same graphs give the same schedule, byte for byte.
+//   - In a schedule, every needed pair appears exactly once and no cluster appears
+//     twice in a round. The executor runs one round at a time, so no cluster ever
+//     takes part in two operations at once (two Helm upgrades of one release conflict,
+//     see shared/spec/mesh.md §1.2).
+//
+// mesh is a leaf package: it imports no other prebake package.
+package mesh
