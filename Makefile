@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X github.com/prebake-dev/prebake/internal/version.Version=$(VE
 UNIT_TIMEOUT ?= 5m
 E2E_TIMEOUT ?= 50m
 
-.PHONY: all build unit vet test e2e demo bench bench-mesh generate check-generate fuzz clean help
+.PHONY: all build unit vet test e2e demo bench bench-hcloud bench-mesh generate check-generate fuzz clean help
 
 all: build
 
@@ -35,6 +35,9 @@ demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
 
 bench: ## benchmark table: 100 groups, 5000 instances
 	$(GO) run ./bench
+
+bench-hcloud: ## Hetzner API requests per simulated hour, 1000 servers in 20 groups: ours vs naive (docs/performance.md)
+	$(GO) run ./bench/hcloudrate
 
 bench-mesh: ## mesh join table: sequential vs round-scheduled vs declarative (simulated, 15 s/op modelled)
 	$(GO) run ./mesh/cmd/bench

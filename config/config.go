@@ -24,6 +24,7 @@ const (
 	defaultQPS                = 20.0
 	defaultRetries            = 3
 	defaultKwokNamespace      = "prebake-kwok"
+	defaultHcloudImage        = "ubuntu-24.04"
 	defaultPrebakedBoot       = 20 * time.Second
 	defaultRuntimeInstallBoot = 90 * time.Second
 	defaultArch               = "amd64"
@@ -94,7 +95,8 @@ type Workers struct {
 // here as sibling fields; Names, the strict decoder and the error messages
 // pick a new field up from its tag.
 type Providers struct {
-	Kwok *KwokProvider `yaml:"kwok"`
+	Kwok   *KwokProvider   `yaml:"kwok"`
+	Hcloud *HcloudProvider `yaml:"hcloud"`
 }
 
 // Names returns the keys of the configured providers, in field order.
@@ -122,7 +124,7 @@ func providerFields() []string {
 
 // plannedProviders are config keys of providers that are designed but not in
 // this build; naming one gets a clearer error than "unknown field".
-var plannedProviders = map[string]bool{"hcloud": true, "gce": true, "static": true}
+var plannedProviders = map[string]bool{"gce": true, "static": true}
 
 // KwokProvider is the embedded default provider: its machines are Node
 // objects in a cluster that kwok keeps Ready. Boot times are SIMULATED.
@@ -140,6 +142,28 @@ type KwokProvider struct {
 	// mapped to 0 fails every creation with an out-of-resources error. Zones
 	// not listed are unlimited.
 	Capacity map[string]int `yaml:"capacity"`
+}
+
+// HcloudProvider is the Hetzner Cloud provider. Node groups are emulated
+// with server labels; every server carries the prebake.dev labels.
+type HcloudProvider struct {
+	// Token is the API token (read and write), from a file or an
+	// environment variable; never inline.
+	Token SecretRef `yaml:"token"`
+	// Endpoint overrides the API URL; empty means Hetzner's
+	// (https://api.hetzner.cloud/v1). Tests point it at the fake.
+	Endpoint string `yaml:"endpoint"`
+	// Image is the image name or id every server boots until the image
+	// catalog resolves channels; Hetzner picks the build for the server
+	// type's architecture.
+	Image string `yaml:"image"`
+	// Networks, Firewalls and SSHKeys are ids attached to every server.
+	Networks  []int64 `yaml:"networks"`
+	Firewalls []int64 `yaml:"firewalls"`
+	SSHKeys   []int64 `yaml:"sshKeys"`
+	// PlacementGroup is the id of a spread placement group every server
+	// joins; 0 means none. Hetzner holds at most 10 servers in one.
+	PlacementGroup int64 `yaml:"placementGroup"`
 }
 
 // SimulatedBoot is how long a kwok machine takes from creation until its

@@ -196,6 +196,31 @@ workers: {retries: 0}
 			},
 		},
 		{
+			name: "hcloud with every field",
+			in: edit(t, "kwok: {}", `kwok: {}
+  hcloud:
+    token: {file: /etc/prebake/hcloud-token}
+    endpoint: http://127.0.0.1:8080/v1
+    image: debian-12
+    networks: [11]
+    firewalls: [12, 13]
+    sshKeys: [14]
+    placementGroup: 15`),
+			want: func(c *Config) {
+				c.Providers.Hcloud = &HcloudProvider{
+					Token: SecretRef{File: "/etc/prebake/hcloud-token"}, Endpoint: "http://127.0.0.1:8080/v1", Image: "debian-12",
+					Networks: []int64{11}, Firewalls: []int64{12, 13}, SSHKeys: []int64{14}, PlacementGroup: 15,
+				}
+			},
+		},
+		{
+			name: "hcloud image defaults",
+			in:   edit(t, "kwok: {}", "kwok: {}\n  hcloud: {token: {env: HCLOUD_TOKEN}}"),
+			want: func(c *Config) {
+				c.Providers.Hcloud = &HcloudProvider{Token: SecretRef{Env: "HCLOUD_TOKEN"}, Image: "ubuntu-24.04"}
+			},
+		},
+		{
 			name: "a trailing document separator is fine",
 			in:   base + "---\n# nothing more\n",
 			want: func(*Config) {},
@@ -278,8 +303,42 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name:  "a provider that is not in this build",
-			in:    edit(t, "kwok: {}", "kwok: {}\n  hcloud: {token: {env: HCLOUD_TOKEN}}"),
-			exact: `test.yaml:6: unknown field "hcloud" in providers: the hcloud provider is not in this build yet (available: kwok)`,
+			in:    edit(t, "kwok: {}", "kwok: {}\n  gce: {}"),
+			exact: `test.yaml:6: unknown field "gce" in providers: the gce provider is not in this build yet (available: kwok, hcloud)`,
+		},
+		{
+			name:  "an unknown provider lists hcloud",
+			in:    edit(t, "kwok: {}", "kwok: {}\n  openstack: {}"),
+			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud)`,
+		},
+		{
+			name:  "hcloud token inline is refused",
+			in:    edit(t, "kwok: {}", "kwok: {}\n  hcloud: {token: abc123}"),
+			want:  []string{`test.yaml:6:`},
+			count: 1,
+		},
+		{
+			name: "hcloud fields",
+			in: edit(t, "kwok: {}", `kwok: {}
+  hcloud:
+    token: {}
+    endpoint: "ftp://x"
+    image: ""
+    networks: [0]
+    placementGroup: -1`),
+			want: []string{
+				`test.yaml:7: providers.hcloud.token is required: set file (a path) or env (a variable name)`,
+				`test.yaml:8: providers.hcloud.endpoint "ftp://x" is not an http(s) URL`,
+				`test.yaml:9: providers.hcloud.image is empty`,
+				`test.yaml:10: providers.hcloud.networks[0] is 0; use the resource's numeric id`,
+				`test.yaml:11: providers.hcloud.placementGroup is -1`,
+			},
+			count: 5,
+		},
+		{
+			name:  "hcloud token with file and env",
+			in:    edit(t, "kwok: {}", "kwok: {}\n  hcloud: {token: {file: /t, env: T}}"),
+			exact: `test.yaml:6: providers.hcloud.token: set either file or env, not both`,
 		},
 		{
 			name:  "a misspelt provider",
@@ -464,7 +523,7 @@ func TestParseErrors(t *testing.T) {
 			name: "no provider",
 			in:   edit(t, "providers:\n  kwok: {}\n", "providers: {}\n"),
 			want: []string{
-				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok)`,
+				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud)`,
 				`test.yaml:7: node group "small": provider "kwok" is not configured; add it under providers`,
 			},
 			count: 2,

@@ -44,6 +44,9 @@ func (c *Config) applyDefaults(set map[string]bool) {
 	if _, written := c.lines["providers.kwok"]; written && c.Providers.Kwok == nil {
 		c.Providers.Kwok = &KwokProvider{}
 	}
+	if h := c.Providers.Hcloud; h != nil && unset("providers.hcloud.image") {
+		h.Image = defaultHcloudImage
+	}
 	if k := c.Providers.Kwok; k != nil {
 		const p = "providers.kwok"
 		if unset(p + ".namespace") {

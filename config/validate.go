@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -149,6 +150,42 @@ func (v *validator) providers() {
 	}
 	if k := v.c.Providers.Kwok; k != nil {
 		v.kwok(k)
+	}
+	if h := v.c.Providers.Hcloud; h != nil {
+		v.hcloud(h)
+	}
+}
+
+func (v *validator) hcloud(h *HcloudProvider) {
+	const p = "providers.hcloud"
+	switch t := h.Token; {
+	case t.File == "" && t.Env == "":
+		v.errorf(p+".token", "%s.token is required: set file (a path) or env (a variable name), such as \"token: {env: HCLOUD_TOKEN}\"", p)
+	case t.File != "" && t.Env != "":
+		v.errorf(p+".token", "%s.token: set either file or env, not both", p)
+	}
+	if h.Endpoint != "" {
+		u, err := url.Parse(h.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.errorf(p+".endpoint", "%s.endpoint %q is not an http(s) URL; use such as \"https://api.hetzner.cloud/v1\", or leave it out", p, short(h.Endpoint))
+		}
+	}
+	if h.Image == "" {
+		v.errorf(p+".image", "%s.image is empty; name an image such as \"ubuntu-24.04\", or leave the key out for the default", p)
+	}
+	for _, ids := range []struct {
+		key string
+		ids []int64
+	}{{"networks", h.Networks}, {"firewalls", h.Firewalls}, {"sshKeys", h.SSHKeys}} {
+		for i, id := range ids.ids {
+			if id <= 0 {
+				ip := joinIndex(p+"."+ids.key, i)
+				v.errorf(ip, "%s is %d; use the resource's numeric id (`hcloud %s list`)", ip, id, map[string]string{"networks": "network", "firewalls": "firewall", "sshKeys": "ssh-key"}[ids.key])
+			}
+		}
+	}
+	if h.PlacementGroup < 0 {
+		v.errorf(p+".placementGroup", "%s.placementGroup is %d; use a placement group's id, or leave it out", p, h.PlacementGroup)
 	}
 }
 

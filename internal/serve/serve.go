@@ -34,6 +34,7 @@ import (
 	"github.com/prebake-dev/prebake/externalgrpc"
 	"github.com/prebake-dev/prebake/internal/certs"
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/kwok"
 	"github.com/prebake-dev/prebake/providers/metrics"
 )
@@ -280,6 +281,27 @@ func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger)
 			out.providers["kwok"] = metrics.Wrap(p, m)
 			out.kube = client
 		}
+	}
+	if h := cfg.Providers.Hcloud; h != nil {
+		token, err := h.Token.Resolve()
+		if err != nil {
+			return out, fmt.Errorf("providers.hcloud.token: %w", err)
+		}
+		p, err := hcloud.New(hcloud.Options{
+			Token:          token,
+			Endpoint:       h.Endpoint,
+			Cluster:        cfg.ClusterName,
+			Image:          h.Image,
+			Networks:       h.Networks,
+			Firewalls:      h.Firewalls,
+			SSHKeys:        h.SSHKeys,
+			PlacementGroup: h.PlacementGroup,
+			Logger:         log.With("provider", "hcloud"),
+		})
+		if err != nil {
+			return out, fmt.Errorf("providers.hcloud: %w", err)
+		}
+		out.providers["hcloud"] = metrics.Wrap(p, m)
 	}
 	return out, nil
 }

@@ -9,7 +9,22 @@ import (
 
 func TestConformance(t *testing.T) {
 	providertest.Run(t, providertest.Setup{
-		New:         func(*testing.T) providers.Provider { return New() },
+		New: func(*testing.T) providers.Provider { return New() },
+		// The fake's memory is its cloud: a restart can't be told apart
+		// from the same object, so the restart case is left to the real
+		// providers.
+		CreateErrors: []providertest.CreateErrorCase{
+			{Name: "capacity", New: func(*testing.T) providers.Provider {
+				p := New()
+				p.SetCapacity(0)
+				return p
+			}, Class: providers.ErrorOutOfResources},
+			{Name: "transient", New: func(*testing.T) providers.Provider {
+				p := New()
+				p.InjectCreateErrors(ErrTransient)
+				return p
+			}, Class: providers.ErrorOther, Retryable: true},
+		},
 		Cluster:     "c",
 		MachineType: "m1",
 		Location:    "z1",

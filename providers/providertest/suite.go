@@ -5,8 +5,12 @@ package providertest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/prebake-dev/prebake/providers"
 )
@@ -20,6 +24,27 @@ type Setup struct {
 	// MachineType and Location are valid for Create.
 	MachineType string
 	Location    string
+	// Reopen returns a second provider over the same cloud as p, built the
+	// way a restarted plugin builds one: it must share no memory with p, so
+	// whatever it knows comes from the cloud. nil skips the restart case
+	// (only for providers whose cloud is their memory, like fake).
+	Reopen func(t *testing.T, p providers.Provider) providers.Provider
+	// CreateErrors are creation failures the provider can be made to hit,
+	// each with the verdict Classify must give.
+	CreateErrors []CreateErrorCase
+	// Parallel is how many Creates run at once in the concurrency case;
+	// default 8.
+	Parallel int
+}
+
+// CreateErrorCase is one injected creation failure.
+type CreateErrorCase struct {
+	Name string
+	// New returns a provider whose next Create of a Setup.MachineType in
+	// Setup.Location fails with this error.
+	New       func(t *testing.T) providers.Provider
+	Class     providers.ErrorClass
+	Retryable bool
 }
 
 // Run runs the suite.
@@ -112,6 +137,27 @@ func Run(t *testing.T, s Setup) {
 			t.Fatalf("machine type %+v has no CPU or memory", mt)
 		}
 	})
+	t.Run("ListAfterRestartRebuildsOwnership", func(t *testing.T) {
+		if s.Reopen == nil {
+			t.Skip("Setup.Reopen is nil")
+		}
+		t.Parallel()
+		runRestart(t, s)
+	})
+	t.Run("ParallelCreatesGiveDistinctInstances", func(t *testing.T) {
+		t.Parallel()
+		runParallel(t, s)
+	})
+	t.Run("MachineTypeFeedsTemplate", func(t *testing.T) {
+		t.Parallel()
+		runTemplate(t, s)
+	})
+	for _, c := range s.CreateErrors {
+		t.Run("CreateErrorIsClassified/"+c.Name, func(t *testing.T) {
+			t.Parallel()
+			runCreateError(t, s, c)
+		})
+	}
 	t.Run("ClassifyGivesAClass", func(t *testing.T) {
 		t.Parallel()
 		p := s.New(t)
@@ -123,9 +169,152 @@ func Run(t *testing.T, s Setup) {
 }
 
 func (s Setup) request(name string) providers.CreateRequest {
+	return s.requestIn(name, "conformance")
+}
+
+func (s Setup) requestIn(name, group string) providers.CreateRequest {
 	return providers.CreateRequest{
-		Name: name, Cluster: s.Cluster, Group: "conformance", MachineType: s.MachineType, Location: s.Location,
+		Name: name, Cluster: s.Cluster, Group: group, MachineType: s.MachineType, Location: s.Location,
 		ImageKind:  providers.ImageRuntimeInstall,
-		NodeLabels: map[string]string{providers.LabelCluster: s.Cluster, providers.LabelGroup: "conformance"},
+		NodeLabels: map[string]string{providers.LabelCluster: s.Cluster, providers.LabelGroup: group},
+		UserData:   []byte("#cloud-config\n"),
+	}
+}
+
+// listed returns the instances of List by providerID, failing on duplicates.
+func listed(t *testing.T, p providers.Provider) map[string]providers.Instance {
+	t.Helper()
+	ins, err := p.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]providers.Instance, len(ins))
+	for _, in := range ins {
+		if _, dup := m[in.ProviderID]; dup {
+			t.Fatalf("List shows %q twice", in.ProviderID)
+		}
+		m[in.ProviderID] = in
+	}
+	return m
+}
+
+func runRestart(t *testing.T, s Setup) {
+	p := s.New(t)
+	ctx := context.Background()
+	want := map[string]string{} // providerID → group
+	for i, g := range []string{"group-a", "group-b", "group-b"} {
+		in, err := p.Create(ctx, s.requestIn(fmt.Sprintf("conf-r%d", i), g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[in.ProviderID] = g
+	}
+	q := s.Reopen(t, p)
+	got := listed(t, q)
+	for id, g := range want {
+		in, ok := got[id]
+		if !ok {
+			t.Fatalf("after a restart, List lost %q (has %v)", id, got)
+		}
+		if in.Group != g {
+			t.Errorf("after a restart, %q is in group %q, want %q", id, in.Group, g)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("after a restart, List shows %d instances, want %d", len(got), len(want))
+	}
+	// Idempotence survives the restart: the same name is the same machine.
+	again, err := q.Create(ctx, s.requestIn("conf-r0", "group-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want[again.ProviderID] != "group-a" {
+		t.Fatalf("Create after a restart made a second machine %q", again.ProviderID)
+	}
+	for id := range want {
+		if err := q.Delete(ctx, id); err != nil {
+			t.Fatalf("deleting %q after a restart: %v", id, err)
+		}
+	}
+}
+
+func runParallel(t *testing.T, s Setup) {
+	p := s.New(t)
+	n := s.Parallel
+	if n <= 0 {
+		n = 8
+	}
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			in, err := p.Create(context.Background(), s.request(fmt.Sprintf("conf-p%d", i)))
+			ids[i], errs[i] = in.ProviderID, err
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if errs[i] != nil {
+			t.Fatalf("create %d: %v", i, errs[i])
+		}
+		if id == "" || seen[id] {
+			t.Fatalf("create %d returned providerID %q, empty or already returned", i, id)
+		}
+		seen[id] = true
+	}
+	got := listed(t, p)
+	for id := range seen {
+		if _, ok := got[id]; !ok {
+			t.Errorf("List lacks %q", id)
+		}
+	}
+	if len(got) != n {
+		t.Errorf("List shows %d instances after %d creates", len(got), n)
+	}
+}
+
+func runTemplate(t *testing.T, s Setup) {
+	p := s.New(t)
+	mt, err := p.MachineType(context.Background(), s.MachineType, s.Location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := providers.BuildNode(providers.NodeShape{
+		Name: "template", Cluster: s.Cluster, Group: "conformance", MachineType: mt, Zone: s.Location,
+	})
+	if got := node.Status.Capacity[corev1.ResourceCPU]; got.MilliValue() != mt.MilliCPU || mt.MilliCPU <= 0 {
+		t.Errorf("template cpu %v, machine type %d millicores", got.String(), mt.MilliCPU)
+	}
+	if got := node.Status.Capacity[corev1.ResourceMemory]; got.Value() != mt.MemoryBytes || mt.MemoryBytes <= 0 {
+		t.Errorf("template memory %v, machine type %d bytes", got.String(), mt.MemoryBytes)
+	}
+	if mt.Name != s.MachineType {
+		t.Errorf("MachineType(%q).Name = %q", s.MachineType, mt.Name)
+	}
+	if mt.Arch != "amd64" && mt.Arch != "arm64" {
+		t.Errorf("arch %q is not a Kubernetes arch", mt.Arch)
+	}
+	for k, want := range map[string]string{
+		providers.LabelInstanceType: s.MachineType,
+		providers.LabelArch:         mt.Arch,
+		providers.LabelGroup:        "conformance",
+	} {
+		if got := node.Labels[k]; got != want {
+			t.Errorf("template label %s=%q, want %q", k, got, want)
+		}
+	}
+}
+
+func runCreateError(t *testing.T, s Setup, c CreateErrorCase) {
+	p := c.New(t)
+	_, err := p.Create(context.Background(), s.request("conf-e1"))
+	if err == nil {
+		t.Fatal("Create succeeded; the case must make it fail")
+	}
+	got := p.Classify(err)
+	if got.Class != c.Class || got.Retryable != c.Retryable || got.Code == "" {
+		t.Fatalf("Classify(%v) = %+v, want class %d, retryable %v and a code", err, got, c.Class, c.Retryable)
 	}
 }

@@ -1,0 +1,357 @@
+// Command hcloudrate counts the Hetzner Cloud API requests prebake makes in
+// one simulated hour, against what a naive provider (one that calls the API
+// on every read RPC) would make, and prints a markdown table.
+//
+// The fleet is 1,000 servers in 20 groups on the fake API
+// (providers/hcloud/hcloudfake). CA's loop (spec externalgrpc §7.2) runs every
+// 10 s of simulated time: Refresh, NodeGroups, TargetSize 3× per group,
+// NodeGroupForNode per node, NodeGroupNodes and TemplateNodeInfo where CA asks
+// for them; every 5 minutes one group scales up by 5 and, a minute later,
+// back down. Time is simulated (a shared clock drives the core, the provider
+// and the fake), so the counts are exact and the run takes seconds; the
+// requests themselves are real HTTP requests through hcloud-go.
+//
+//	go run ./bench/hcloudrate [-servers 1000] [-groups 20] [-hour 1h]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
+
+	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/hcloud"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
+)
+
+// Budget is Hetzner's request budget per hour and project.
+const Budget = 3600
+
+const (
+	loop       = 10 * time.Second // CA's --scan-interval
+	churnEvery = 30               // loops between scale-ups (5 min)
+	churnSize  = 5
+	churnHold  = 6 // loops a churned group stays up (1 min)
+	targetRPCs = 3 // TargetSize calls per group per loop
+)
+
+type config struct {
+	servers, groups int
+	hour            time.Duration
+	ttls            []time.Duration
+}
+
+// result is one row: API requests during the simulated hour.
+type result struct {
+	name             string
+	requests         int
+	creates, deletes int
+	lists            int // GET /servers
+}
+
+func main() {
+	var c config
+	var ttls string
+	flag.IntVar(&c.servers, "servers", 1000, "servers in the fleet")
+	flag.IntVar(&c.groups, "groups", 20, "node groups")
+	flag.DurationVar(&c.hour, "hour", time.Hour, "simulated duration")
+	flag.StringVar(&ttls, "ttls", "10s,30s,60s", "refresh TTLs (refreshInterval) to measure")
+	flag.Parse()
+	for s := range strings.SplitSeq(ttls, ",") {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		c.ttls = append(c.ttls, d)
+	}
+	var rows []result
+	for _, ttl := range c.ttls {
+		fmt.Fprintf(os.Stderr, "prebake, refreshInterval %v ...\n", ttl)
+		start := time.Now()
+		r, err := runOurs(c, ttl)
+		fmt.Fprintf(os.Stderr, "  took %v\n", time.Since(start).Round(time.Millisecond))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		rows = append(rows, r)
+	}
+	fmt.Fprintln(os.Stderr, "naive ...")
+	start := time.Now()
+	r, err := runNaive(c)
+	fmt.Fprintf(os.Stderr, "  took %v\n", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	rows = append(rows, r)
+	fmt.Printf("Hetzner API requests in %v of simulated time: %d servers in %d groups, CA loop every %v, "+
+		"%d creates and %d deletes of churn. Budget: %d requests/hour.\n\n",
+		c.hour, c.servers, c.groups, loop, rows[0].creates, rows[0].deletes, Budget)
+	fmt.Println("| provider | requests | of which GET /servers (scan pages, name look-ups) | creates | deletes | share of the 3,600/h budget |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		perHour := float64(r.requests) / c.hour.Hours()
+		fmt.Printf("| %s | %d | %d | %d | %d | %.0f%% |\n", r.name, r.requests, r.lists, r.creates, r.deletes, 100*perHour/Budget)
+	}
+}
+
+// clock is the simulated time, shared by the fake, the provider and the core.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newFake(clk *clock) *hcloudfake.Fake {
+	// The fake's own bucket is out of the way: the point is to count.
+	return hcloudfake.New(hcloudfake.Options{Token: "bench", Now: clk.Now, RateLimit: 1 << 30})
+}
+
+func groupID(i int) string { return fmt.Sprintf("pool-%02d", i) }
+
+// runOurs replays the hour against prebake's core and hcloud provider.
+func runOurs(c config, ttl time.Duration) (result, error) {
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := newFake(clk)
+	defer f.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := hcloud.New(hcloud.Options{Token: "bench", Endpoint: f.URL(), Cluster: "bench", Now: clk.Now,
+		Rate: 1e6, Burst: 1e6, RetryBase: time.Millisecond, Logger: quiet})
+	if err != nil {
+		return result{}, err
+	}
+	per := c.servers / c.groups
+	var specs []autoscaling.GroupSpec
+	for i := range c.groups {
+		specs = append(specs, autoscaling.GroupSpec{ID: groupID(i), Provider: "hcloud", MaxSize: per + churnSize,
+			MachineType: "cx22", Zone: "fsn1"})
+	}
+	core, err := autoscaling.New(ctx, autoscaling.Options{
+		Cluster: "bench", Groups: specs, Providers: map[string]providers.Provider{"hcloud": p},
+		RefreshInterval: ttl, Now: clk.Now, Logger: quiet,
+		Workers: autoscaling.WorkerOptions{Parallelism: 16, QPS: 1e6, Burst: 1e6, RetryBase: time.Millisecond},
+	})
+	if err != nil {
+		return result{}, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := core.Start(cctx); err != nil {
+		return result{}, err
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		_ = core.Shutdown(sctx)
+	}()
+	// The fleet, before the hour starts.
+	for i := range c.groups {
+		if err := core.IncreaseSize(groupID(i), per); err != nil {
+			return result{}, err
+		}
+	}
+	if err := waitServers(f, c.servers); err != nil {
+		return result{}, err
+	}
+	core.Sync(ctx, true)
+
+	r := result{name: fmt.Sprintf("prebake, refreshInterval %v", ttl)}
+	before := snapshot(f)
+	var churned string
+	var churnedOld map[string]bool
+	loops := int(c.hour / loop)
+	for l := range loops {
+		clk.advance(loop)
+		// Refresh: a read; it only kicks a re-list when the TTL has passed.
+		// Sync(false) runs that re-list here, so the count does not depend
+		// on goroutine timing.
+		_ = core.Refresh(ctx)
+		core.Sync(ctx, false)
+		nodes := 0
+		for _, g := range core.NodeGroups() {
+			for range targetRPCs {
+				if _, err := core.TargetSize(g.ID); err != nil {
+					return r, err
+				}
+			}
+			views, err := core.Nodes(g.ID)
+			if err != nil {
+				return r, err
+			}
+			for _, v := range views {
+				core.NodeGroupForNode(autoscaling.Node{ProviderID: v.ProviderID})
+				nodes++
+			}
+			if len(views) == 0 {
+				if _, err := core.TemplateNode(g.ID); err != nil {
+					return r, err
+				}
+			}
+		}
+		switch {
+		case l%churnEvery == 0:
+			churned = groupID((l / churnEvery) % c.groups)
+			churnedOld = map[string]bool{}
+			views, _ := core.Nodes(churned)
+			for _, v := range views {
+				churnedOld[v.ProviderID] = true
+			}
+			if err := core.IncreaseSize(churned, churnSize); err != nil {
+				return r, err
+			}
+			if err := waitServers(f, c.servers+churnSize); err != nil {
+				return r, err
+			}
+			r.creates += churnSize
+		case l%churnEvery == churnHold && churned != "":
+			// The instances the scale-up added, by their real ids (the
+			// core has listed them since).
+			var del []autoscaling.Node
+			views, _ := core.Nodes(churned)
+			for _, v := range views {
+				if !churnedOld[v.ProviderID] {
+					del = append(del, autoscaling.Node{ProviderID: v.ProviderID})
+				}
+			}
+			if err := core.DeleteNodes(churned, del); err != nil {
+				return r, err
+			}
+			if err := waitServers(f, c.servers); err != nil {
+				return r, err
+			}
+			r.deletes += len(del)
+		}
+	}
+	after := snapshot(f)
+	r.requests, r.lists = after.total-before.total, after.lists-before.lists
+	return r, nil
+}
+
+type counts struct{ total, lists int }
+
+func snapshot(f *hcloudfake.Fake) counts {
+	return counts{total: f.Calls("", ""), lists: f.Calls("GET", "/servers")}
+}
+
+// waitServers waits (in real time) until the workers have brought the fake
+// to n live servers.
+func waitServers(f *hcloudfake.Fake, n int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		live := f.Live()
+		if live == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the fake holds %d live servers, want %d", live, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runNaive replays the same hour with a provider that asks the API on every
+// read RPC: TargetSize and NodeGroupNodes list the group's servers,
+// NodeGroupForNode gets the server, TemplateNodeInfo gets the server type.
+func runNaive(c config) (result, error) {
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := newFake(clk)
+	defer f.Close()
+	client := hc.NewClient(hc.WithEndpoint(f.URL()), hc.WithToken("bench"))
+	per := c.servers / c.groups
+	ids := map[string][]int64{}
+	create := func(g string, n int) error {
+		for range n {
+			name := fmt.Sprintf("%s-%d", g, len(ids[g]))
+			res, _, err := client.Server.Create(ctx, hc.ServerCreateOpts{Name: name, ServerType: &hc.ServerType{Name: "cx22"},
+				Image: &hc.Image{Name: "ubuntu-24.04"}, Location: &hc.Location{Name: "fsn1"},
+				Labels: map[string]string{providers.LabelCluster: "bench", providers.LabelGroup: g}})
+			if err != nil {
+				return err
+			}
+			ids[g] = append(ids[g], res.Server.ID)
+		}
+		return nil
+	}
+	for i := range c.groups {
+		if err := create(groupID(i), per); err != nil {
+			return result{}, err
+		}
+	}
+	listGroup := func(g string) ([]*hc.Server, error) {
+		return client.Server.AllWithOpts(ctx, hc.ServerListOpts{ListOpts: hc.ListOpts{
+			LabelSelector: providers.LabelCluster + "=bench," + providers.LabelGroup + "=" + g, PerPage: 50}})
+	}
+	r := result{name: "naive: the API on every read RPC"}
+	before := snapshot(f)
+	loops := int(c.hour / loop)
+	var churned string
+	for l := range loops {
+		clk.advance(loop)
+		for i := range c.groups {
+			g := groupID(i)
+			for range targetRPCs {
+				if _, err := listGroup(g); err != nil {
+					return r, err
+				}
+			}
+			for _, id := range ids[g] {
+				if _, _, err := client.Server.GetByID(ctx, id); err != nil {
+					return r, err
+				}
+			}
+			if len(ids[g]) == 0 {
+				if _, _, err := client.ServerType.GetByName(ctx, "cx22"); err != nil {
+					return r, err
+				}
+			}
+		}
+		switch {
+		case l%churnEvery == 0:
+			churned = groupID((l / churnEvery) % c.groups)
+			if err := create(churned, churnSize); err != nil {
+				return r, err
+			}
+			// CA reads the scaling group's instances in the loops that follow.
+			if _, err := listGroup(churned); err != nil {
+				return r, err
+			}
+			r.creates += churnSize
+		case l%churnEvery == churnHold && churned != "":
+			g := ids[churned]
+			for _, id := range g[len(g)-churnSize:] {
+				if _, err := client.Server.Delete(ctx, &hc.Server{ID: id}); err != nil {
+					return r, err
+				}
+			}
+			ids[churned] = g[:len(g)-churnSize]
+			r.deletes += churnSize
+		}
+	}
+	after := snapshot(f)
+	r.requests, r.lists = after.total-before.total, after.lists-before.lists
+	return r, nil
+}

@@ -1,0 +1,20 @@
+// Package hcloud is the Hetzner Cloud provider, on the official hcloud-go
+// client. Hetzner has no instance groups, so a node group is emulated with
+// server labels.
+//
+// Invariants:
+//   - Ownership lives in the cloud: every server we create carries
+//     providers.LabelCluster, LabelGroup, LabelMachine and LabelImageKind.
+//     List is one paged scan by the cluster label for all groups together;
+//     only servers carrying it are listed, and Delete refuses any other.
+//   - Create is idempotent by name: the server name is the machine name the
+//     core chose, and Hetzner names are unique per project, so a retry finds
+//     the first server (by name lookup, or through uniqueness_error) instead
+//     of making a second one.
+//   - The providerID is hcloud://<server id> (package providerid), known only
+//     once Create returns; ProviderID answers known=false.
+//   - Every request goes through one pacer (an http.RoundTripper) that reads
+//     the RateLimit headers and spreads the remaining budget until the
+//     reset; hcloud-go's retry handler backs off with jitter on 429.
+//   - User-data is passed through to the API and never logged.
+package hcloud

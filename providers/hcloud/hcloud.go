@@ -1,0 +1,216 @@
+package hcloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"golang.org/x/time/rate"
+
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// Defaults.
+const (
+	// DefaultImage boots every group until the image catalog (issue 6)
+	// resolves channels to snapshots. Hetzner picks the build for the server
+	// type's architecture.
+	DefaultImage = "ubuntu-24.04"
+	// DefaultServerTypeTTL is how long the server type table is cached.
+	DefaultServerTypeTTL = 10 * time.Minute
+	// DefaultRate and DefaultBurst pace requests while the RateLimit
+	// headers show plenty of budget (Hetzner: 3600/h, so 1/s sustained).
+	DefaultRate  = rate.Limit(5)
+	DefaultBurst = 20
+	// perPage is the largest page the API serves.
+	perPage = 50
+)
+
+// Options configures a Provider.
+type Options struct {
+	// Token is the API token. Required.
+	Token string
+	// Endpoint overrides the API URL (tests point it at hcloudfake).
+	Endpoint string
+	// Cluster is the value of providers.LabelCluster on everything we own.
+	Cluster string
+	// Image is the image name or id every server boots; default
+	// DefaultImage.
+	Image string
+	// Networks, Firewalls and SSHKeys are ids attached to every server;
+	// PlacementGroup, when not 0, is the spread group they join.
+	Networks       []int64
+	Firewalls      []int64
+	SSHKeys        []int64
+	PlacementGroup int64
+	// ServerTypeTTL defaults to DefaultServerTypeTTL.
+	ServerTypeTTL time.Duration
+	// Rate and Burst pace requests while budget is plentiful; defaults
+	// DefaultRate and DefaultBurst.
+	Rate  rate.Limit
+	Burst int
+	// RetryBase is the first backoff of hcloud-go's retries (429, conflict,
+	// 502, 504), doubled each time with full jitter up to a minute; default
+	// 1s. MaxRetries defaults to 3; negative means none.
+	RetryBase  time.Duration
+	MaxRetries int
+	// HTTPClient is the base transport's client; default http.DefaultClient.
+	HTTPClient *http.Client
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Provider is the Hetzner Cloud provider. It implements providers.Provider
+// and is safe for concurrent use.
+type Provider struct {
+	client   *hcloud.Client
+	cluster  string
+	image    string
+	networks []*hcloud.Network
+	fws      []*hcloud.ServerCreateFirewall
+	sshKeys  []*hcloud.SSHKey
+	pg       *hcloud.PlacementGroup
+	typeTTL  time.Duration
+	pacer    *pacer
+	log      *slog.Logger
+	now      func() time.Time
+
+	// typesMu guards types and typesAt: the cached server type table.
+	typesMu sync.Mutex
+	types   map[string]*hcloud.ServerType
+	typesAt time.Time
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns a provider. It makes no API call.
+func New(o Options) (*Provider, error) {
+	if o.Token == "" {
+		return nil, errors.New("hcloud: an API token is required (providers.hcloud.token)")
+	}
+	if o.Cluster == "" {
+		return nil, errors.New("hcloud: the cluster name is required: it labels every server we own")
+	}
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.ServerTypeTTL <= 0 {
+		o.ServerTypeTTL = DefaultServerTypeTTL
+	}
+	if o.Rate <= 0 {
+		o.Rate = DefaultRate
+	}
+	if o.Burst <= 0 {
+		o.Burst = DefaultBurst
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = time.Second
+	}
+	switch {
+	case o.MaxRetries == 0:
+		o.MaxRetries = 3
+	case o.MaxRetries < 0:
+		o.MaxRetries = 0
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	base := http.DefaultTransport
+	hc := &http.Client{}
+	if o.HTTPClient != nil {
+		*hc = *o.HTTPClient
+		if hc.Transport != nil {
+			base = hc.Transport
+		}
+	}
+	pc := newPacer(base, o.Rate, o.Burst, o.Now)
+	hc.Transport = pc
+	opts := []hcloud.ClientOption{
+		hcloud.WithToken(o.Token),
+		hcloud.WithApplication("prebake", ""),
+		hcloud.WithHTTPClient(hc),
+		hcloud.WithRetryOpts(hcloud.RetryOpts{
+			BackoffFunc: hcloud.ExponentialBackoffWithOpts(hcloud.ExponentialBackoffOpts{
+				Base: o.RetryBase, Multiplier: 2, Cap: time.Minute, Jitter: true,
+			}),
+			MaxRetries: o.MaxRetries,
+		}),
+	}
+	if o.Endpoint != "" {
+		opts = append(opts, hcloud.WithEndpoint(o.Endpoint))
+	}
+	p := &Provider{
+		client:  hcloud.NewClient(opts...),
+		cluster: o.Cluster,
+		image:   o.Image,
+		typeTTL: o.ServerTypeTTL,
+		pacer:   pc,
+		log:     o.Logger,
+		now:     o.Now,
+	}
+	for _, id := range o.Networks {
+		p.networks = append(p.networks, &hcloud.Network{ID: id})
+	}
+	for _, id := range o.Firewalls {
+		p.fws = append(p.fws, &hcloud.ServerCreateFirewall{Firewall: hcloud.Firewall{ID: id}})
+	}
+	for _, id := range o.SSHKeys {
+		p.sshKeys = append(p.sshKeys, &hcloud.SSHKey{ID: id})
+	}
+	if o.PlacementGroup != 0 {
+		p.pg = &hcloud.PlacementGroup{ID: o.PlacementGroup}
+	}
+	return p, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return "hcloud" }
+
+// Images implements providers.Provider: nil until the image catalog lands,
+// so every group takes the runtime-install path.
+func (p *Provider) Images() providers.ImageAPI { return nil }
+
+// ProviderID implements providers.Provider: the server id is assigned by the
+// API, so it is unknown before Create returns.
+func (p *Provider) ProviderID(providers.CreateRequest) (string, bool) { return "", false }
+
+// MachineType implements providers.Provider from the cached server types.
+func (p *Provider) MachineType(ctx context.Context, name, location string) (providers.MachineType, error) {
+	types, err := p.serverTypes(ctx)
+	if err != nil {
+		return providers.MachineType{}, err
+	}
+	st, ok := types[name]
+	if !ok {
+		return providers.MachineType{}, fmt.Errorf("hcloud server type %q: %w (see `hcloud server-type list`)", name, providers.ErrNotFound)
+	}
+	return machineType(st, location)
+}
+
+func (p *Provider) serverTypes(ctx context.Context) (map[string]*hcloud.ServerType, error) {
+	p.typesMu.Lock()
+	defer p.typesMu.Unlock()
+	if p.types != nil && p.now().Sub(p.typesAt) < p.typeTTL {
+		return p.types, nil
+	}
+	all, err := p.client.ServerType.All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hcloud: list server types: %w", err)
+	}
+	m := make(map[string]*hcloud.ServerType, len(all))
+	for _, st := range all {
+		m[st.Name] = st
+	}
+	p.types, p.typesAt = m, p.now()
+	return m, nil
+}

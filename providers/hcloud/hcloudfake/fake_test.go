@@ -1,0 +1,369 @@
+package hcloudfake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+)
+
+// clock is a manual clock, safe for concurrent use.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newFake(t *testing.T, opts Options) (*Fake, *hcloud.Client, *clock) {
+	t.Helper()
+	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if opts.Now == nil {
+		opts.Now = c.Now
+	}
+	opts.Token = "test-token"
+	f := New(opts)
+	t.Cleanup(f.Close)
+	client := hcloud.NewClient(
+		hcloud.WithEndpoint(f.URL()),
+		hcloud.WithToken("test-token"),
+		hcloud.WithRetryOpts(hcloud.RetryOpts{BackoffFunc: hcloud.ConstantBackoff(0), MaxRetries: 0}),
+		hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(time.Millisecond)}),
+	)
+	return f, client, c
+}
+
+func createOpts(name string, labels map[string]string) hcloud.ServerCreateOpts {
+	return hcloud.ServerCreateOpts{
+		Name:       name,
+		ServerType: &hcloud.ServerType{Name: "cx22"},
+		Image:      &hcloud.Image{Name: "ubuntu-24.04"},
+		Location:   &hcloud.Location{Name: "fsn1"},
+		Labels:     labels,
+		UserData:   "#cloud-config\n",
+	}
+}
+
+func TestServerLifecycle(t *testing.T) {
+	t.Parallel()
+	f, client, clk := newFake(t, Options{Initializing: 10 * time.Second, Starting: 20 * time.Second, ActionDelay: 5 * time.Second})
+	ctx := context.Background()
+	opts := createOpts("node-a", map[string]string{"prebake.dev/cluster": "c"})
+	opts.Networks = []*hcloud.Network{{ID: 7}}
+	opts.Firewalls = []*hcloud.ServerCreateFirewall{{Firewall: hcloud.Firewall{ID: 8}}}
+	opts.SSHKeys = []*hcloud.SSHKey{{ID: 9}}
+	opts.PlacementGroup = &hcloud.PlacementGroup{ID: 11}
+	res, _, err := client.Server.Create(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Server.Status != hcloud.ServerStatusInitializing || res.Action.Status != hcloud.ActionStatusRunning || len(res.NextActions) != 1 {
+		t.Fatalf("create: status %q, action %q, %d next actions", res.Server.Status, res.Action.Status, len(res.NextActions))
+	}
+	want := []Server{{
+		ID: res.Server.ID, Name: "node-a", Status: "initializing", ServerType: "cx22", Image: "ubuntu-24.04", Location: "fsn1",
+		Labels: map[string]string{"prebake.dev/cluster": "c"}, UserData: "#cloud-config\n",
+		Networks: []int64{7}, Firewalls: []int64{8}, SSHKeys: []int64{9}, PlacementGroup: 11,
+	}}
+	if diff := cmp.Diff(want, f.Servers()); diff != "" {
+		t.Fatalf("servers (-want +got):\n%s", diff)
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		status  hcloud.ServerStatus
+	}{{9 * time.Second, "initializing"}, {time.Second, "starting"}, {19 * time.Second, "starting"}, {time.Second, "running"}} {
+		clk.Advance(step.advance)
+		s, _, err := client.Server.GetByID(ctx, res.Server.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Status != step.status {
+			t.Fatalf("after +%v: status %q, want %q", step.advance, s.Status, step.status)
+		}
+	}
+	a, _, err := client.Action.GetByID(ctx, res.Action.ID)
+	if err != nil || a.Status != hcloud.ActionStatusSuccess {
+		t.Fatalf("create action: %+v, %v", a, err)
+	}
+
+	del, _, err := client.Server.DeleteWithResult(ctx, res.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := client.Server.GetByID(ctx, res.Server.ID)
+	if err != nil || s == nil || s.Status != hcloud.ServerStatusDeleting {
+		t.Fatalf("while deleting: %+v, %v", s, err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := client.Action.WaitFor(ctx, del.Action); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err = client.Server.GetByID(ctx, res.Server.ID)
+	if err != nil || s != nil {
+		t.Fatalf("after delete: %+v, %v; want nil, nil", s, err)
+	}
+	if _, err := client.Server.Delete(ctx, res.Server); !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		t.Fatalf("second delete: %v, want not_found", err)
+	}
+}
+
+func TestWaitForSlowAction(t *testing.T) {
+	t.Parallel()
+	// A real clock: WaitFor polls until the action's delay has passed.
+	f, client, _ := newFake(t, Options{Now: time.Now})
+	f.SetActionDelay(30 * time.Millisecond)
+	res, _, err := client.Server.Create(context.Background(), createOpts("slow", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := client.Action.WaitFor(context.Background(), append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 20*time.Millisecond {
+		t.Fatalf("slow action finished after %v", el)
+	}
+}
+
+func TestListPagesAndSelects(t *testing.T) {
+	t.Parallel()
+	f, client, _ := newFake(t, Options{})
+	ctx := context.Background()
+	for i := range 120 {
+		labels := map[string]string{"prebake.dev/cluster": "c", "prebake.dev/group": fmt.Sprint("g", i%3)}
+		if i%4 == 0 {
+			labels["prebake.dev/cluster"] = "other"
+		}
+		if _, _, err := client.Server.Create(ctx, createOpts(fmt.Sprint("s-", i), labels)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := client.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: "prebake.dev/cluster=c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 90 {
+		t.Fatalf("listed %d servers of cluster c, want 90", len(all))
+	}
+	if n := f.Calls("GET", "/servers"); n != 2 {
+		t.Fatalf("%d list requests for 90 servers at 50 per page, want 2", n)
+	}
+	page, resp, err := client.Server.List(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{Page: 2, PerPage: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Meta.Pagination
+	if len(page) != 50 || p == nil || p.Page != 2 || p.NextPage != 3 || p.PreviousPage != 1 || p.LastPage != 3 || p.TotalEntries != 120 {
+		t.Fatalf("page 2: %d items, pagination %+v", len(page), p)
+	}
+	if _, _, err := client.Server.List(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{PerPage: 51}}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+		t.Fatalf("per_page 51: %v, want invalid_input", err)
+	}
+	for sel, want := range map[string]int{
+		"prebake.dev/cluster=c,prebake.dev/group=g1": 30,
+		"prebake.dev/cluster!=c":                     30,
+		"prebake.dev/group":                          120,
+		"!prebake.dev/group":                         0,
+	} {
+		got, err := client.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: sel}})
+		if err != nil || len(got) != want {
+			t.Errorf("selector %q: %d servers, %v; want %d", sel, len(got), err, want)
+		}
+	}
+	byName, _, err := client.Server.GetByName(ctx, "s-7")
+	if err != nil || byName == nil || byName.Name != "s-7" {
+		t.Fatalf("GetByName: %+v, %v", byName, err)
+	}
+	if _, _, err := client.Server.Create(ctx, createOpts("s-7", nil)); !hcloud.IsError(err, hcloud.ErrorCodeUniquenessError) {
+		t.Fatalf("duplicate name: %v, want uniqueness_error", err)
+	}
+}
+
+func TestCatalogue(t *testing.T) {
+	t.Parallel()
+	_, client, _ := newFake(t, Options{})
+	ctx := context.Background()
+	st, _, err := client.ServerType.GetByName(ctx, "cax11")
+	if err != nil || st == nil {
+		t.Fatalf("server type: %+v, %v", st, err)
+	}
+	if st.Cores != 2 || st.Memory != 4 || st.Disk != 40 || st.Architecture != hcloud.ArchitectureARM || len(st.Pricings) == 0 || st.Pricings[0].Hourly.Net == "" {
+		t.Fatalf("cax11 = %+v", st)
+	}
+	if st, _, err := client.ServerType.GetByName(ctx, "nope"); err != nil || st != nil {
+		t.Fatalf("unknown server type: %+v, %v; want nil, nil", st, err)
+	}
+	locs, err := client.Location.All(ctx)
+	if err != nil || len(locs) != 4 {
+		t.Fatalf("locations: %d, %v", len(locs), err)
+	}
+	dc, _, err := client.Datacenter.GetByName(ctx, "fsn1-dc1")
+	if err != nil || dc == nil || dc.Location.Name != "fsn1" {
+		t.Fatalf("datacenter: %+v, %v", dc, err)
+	}
+	if _, _, err := client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "x", ServerType: &hcloud.ServerType{Name: "cax11"},
+		Image: &hcloud.Image{Name: "ubuntu-24.04"}, Location: &hcloud.Location{Name: "ash"}}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+		t.Fatalf("type not sold in location: %v, want invalid_input", err)
+	}
+}
+
+func TestImages(t *testing.T) {
+	t.Parallel()
+	_, client, clk := newFake(t, Options{ActionDelay: time.Minute})
+	ctx := context.Background()
+	arm, err := client.Image.AllWithOpts(ctx, hcloud.ImageListOpts{Type: []hcloud.ImageType{hcloud.ImageTypeSystem}, Architecture: []hcloud.Architecture{hcloud.ArchitectureARM}})
+	if err != nil || len(arm) != 2 {
+		t.Fatalf("arm system images: %d, %v", len(arm), err)
+	}
+	res, _, err := client.Server.Create(ctx, createOpts("builder", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := "prebaked"
+	snap, _, err := client.Server.CreateImage(ctx, res.Server, &hcloud.ServerCreateImageOpts{Type: hcloud.ImageTypeSnapshot, Description: &desc, Labels: map[string]string{"prebake.dev/channel": "stable"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Image.Status != hcloud.ImageStatusCreating {
+		t.Fatalf("new snapshot status %q", snap.Image.Status)
+	}
+	opts := createOpts("from-snap", nil)
+	opts.Image = &hcloud.Image{ID: snap.Image.ID}
+	if _, _, err := client.Server.Create(ctx, opts); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+		t.Fatalf("boot from a snapshot still creating: %v, want invalid_input", err)
+	}
+	clk.Advance(time.Minute)
+	found, err := client.Image.AllWithOpts(ctx, hcloud.ImageListOpts{ListOpts: hcloud.ListOpts{LabelSelector: "prebake.dev/channel=stable"},
+		Type: []hcloud.ImageType{hcloud.ImageTypeSnapshot}, Architecture: []hcloud.Architecture{hcloud.ArchitectureX86}})
+	if err != nil || len(found) != 1 || found[0].Status != hcloud.ImageStatusAvailable || found[0].Description != "prebaked" {
+		t.Fatalf("snapshots by label: %+v, %v", found, err)
+	}
+	if _, _, err := client.Server.Create(ctx, opts); err != nil {
+		t.Fatalf("boot from snapshot: %v", err)
+	}
+	newDesc := "retired"
+	up, _, err := client.Image.Update(ctx, found[0], hcloud.ImageUpdateOpts{Description: &newDesc, Labels: map[string]string{"prebake.dev/channel": "old"}})
+	if err != nil || up.Description != "retired" || up.Labels["prebake.dev/channel"] != "old" {
+		t.Fatalf("update: %+v, %v", up, err)
+	}
+	if _, _, err := client.Image.ChangeProtection(ctx, up, hcloud.ImageChangeProtectionOpts{Delete: hcloud.Ptr(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Image.Delete(ctx, up); !hcloud.IsError(err, hcloud.ErrorCodeProtected) {
+		t.Fatalf("delete protected: %v, want protected", err)
+	}
+	if _, _, err := client.Image.ChangeProtection(ctx, up, hcloud.ImageChangeProtectionOpts{Delete: hcloud.Ptr(false)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Image.Delete(ctx, up); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if im, _, err := client.Image.GetByID(ctx, up.ID); err != nil || im != nil {
+		t.Fatalf("deleted image: %+v, %v", im, err)
+	}
+}
+
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  APIError
+		code hcloud.ErrorCode
+	}{
+		{ErrResourceUnavailable, hcloud.ErrorCodeResourceUnavailable},
+		{ErrResourceLimitExceeded, hcloud.ErrorCodeResourceLimitExceeded},
+		{ErrPlacement, hcloud.ErrorCodePlacementError},
+		{ErrServerError, hcloud.ErrorCodeServerError},
+		{ErrUnavailable, "unavailable"},
+		{ErrRateLimited, hcloud.ErrorCodeRateLimitExceeded},
+	} {
+		t.Run(tc.err.Code, func(t *testing.T) {
+			t.Parallel()
+			f, client, _ := newFake(t, Options{})
+			f.Fail(http.MethodPost, "/servers", 1, tc.err)
+			_, resp, err := client.Server.Create(context.Background(), createOpts("x", nil))
+			if !hcloud.IsError(err, tc.code) {
+				t.Fatalf("err = %v, want %s", err, tc.code)
+			}
+			if resp.StatusCode != tc.err.Status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.err.Status)
+			}
+			if tc.err.Status == http.StatusTooManyRequests && (resp.Meta.Ratelimit.Remaining != 0 || resp.Meta.Ratelimit.Limit != 3600 || resp.Meta.Ratelimit.Reset.IsZero()) {
+				t.Fatalf("429 rate limit meta %+v", resp.Meta.Ratelimit)
+			}
+			if len(f.Servers()) != 0 {
+				t.Fatal("a failed create left a server")
+			}
+			if _, _, err := client.Server.Create(context.Background(), createOpts("x", nil)); err != nil {
+				t.Fatalf("the fault outlived its count: %v", err)
+			}
+		})
+	}
+}
+
+func TestRateLimitBucket(t *testing.T) {
+	t.Parallel()
+	_, client, clk := newFake(t, Options{RateLimit: 3})
+	ctx := context.Background()
+	var resp *hcloud.Response
+	var err error
+	for range 3 {
+		if _, resp, err = client.Location.List(ctx, hcloud.LocationListOpts{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if resp.Meta.Ratelimit.Remaining != 0 || resp.Meta.Ratelimit.Limit != 3 {
+		t.Fatalf("after 3 of 3: %+v", resp.Meta.Ratelimit)
+	}
+	if _, _, err := client.Location.List(ctx, hcloud.LocationListOpts{}); !hcloud.IsError(err, hcloud.ErrorCodeRateLimitExceeded) {
+		t.Fatalf("4th request: %v, want rate_limit_exceeded", err)
+	}
+	clk.Advance(20 * time.Minute) // one token per 20 minutes
+	if _, _, err := client.Location.List(ctx, hcloud.LocationListOpts{}); err != nil {
+		t.Fatalf("after refill: %v", err)
+	}
+}
+
+func TestPlacementGroupFull(t *testing.T) {
+	t.Parallel()
+	_, client, _ := newFake(t, Options{PlacementGroupSize: 2})
+	ctx := context.Background()
+	var err error
+	for i := range 3 {
+		opts := createOpts(fmt.Sprint("pg-", i), nil)
+		opts.PlacementGroup = &hcloud.PlacementGroup{ID: 5}
+		_, _, err = client.Server.Create(ctx, opts)
+	}
+	if !hcloud.IsError(err, hcloud.ErrorCodePlacementError) {
+		t.Fatalf("third server in a group of 2: %v, want placement_error", err)
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	t.Parallel()
+	f, _, _ := newFake(t, Options{})
+	client := hcloud.NewClient(hcloud.WithEndpoint(f.URL()), hcloud.WithToken("wrong"))
+	_, _, err := client.Server.List(context.Background(), hcloud.ServerListOpts{})
+	if !hcloud.IsError(err, hcloud.ErrorCodeUnauthorized) {
+		t.Fatalf("err = %v, want unauthorized", err)
+	}
+	var apiErr hcloud.Error
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("%T is not hcloud.Error", err)
+	}
+}

@@ -1,0 +1,247 @@
+package hcloudfake
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
+)
+
+func (f *Fake) listImages(w http.ResponseWriter, r *http.Request, now time.Time) {
+	q := r.URL.Query()
+	sel, err := parseSelector(q.Get("label_selector"))
+	if err != nil {
+		writeError(w, invalidInput(err.Error()))
+		return
+	}
+	types, archs, statuses, name := q["type"], q["architecture"], q["status"], q.Get("name")
+	var out []schema.Image
+	for _, id := range slices.Sorted(maps.Keys(f.images)) {
+		im := f.images[id].schema
+		switch {
+		case len(types) > 0 && !slices.Contains(types, im.Type),
+			len(archs) > 0 && !slices.Contains(archs, im.Architecture),
+			len(statuses) > 0 && !slices.Contains(statuses, im.Status),
+			name != "" && (im.Name == nil || *im.Name != name),
+			!sel.matches(im.Labels):
+			continue
+		}
+		im.Labels = maps.Clone(im.Labels)
+		out = append(out, im)
+	}
+	if slices.Contains(q["sort"], "created:desc") {
+		slices.SortStableFunc(out, func(a, b schema.Image) int { return b.Created.Compare(*a.Created) })
+	}
+	writePage(w, r, "images", out)
+}
+
+func (f *Fake) getImage(w http.ResponseWriter, id int64, _ time.Time) {
+	im, ok := f.images[id]
+	if !ok {
+		notFound(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, schema.ImageGetResponse{Image: im.schema})
+}
+
+// createImage snapshots a server: the image is "creating" until the action
+// ends.
+func (f *Fake) createImage(w http.ResponseWriter, r *http.Request, serverID int64, now time.Time) {
+	s, ok := f.servers[serverID]
+	if !ok {
+		notFound(w)
+		return
+	}
+	var req schema.ServerActionCreateImageRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		return
+	}
+	typ := "snapshot"
+	if req.Type != nil {
+		if *req.Type != "snapshot" && *req.Type != "backup" {
+			writeError(w, invalidInput(fmt.Sprintf("type %q must be snapshot or backup", *req.Type)))
+			return
+		}
+		typ = *req.Type
+	}
+	created := now
+	im := &image{schema: schema.Image{
+		ID: f.id(), Status: "creating", Type: typ, Created: &created,
+		CreatedFrom:  &schema.ImageCreatedFrom{ID: s.schema.ID, Name: s.schema.Name},
+		DiskSize:     float32(s.schema.PrimaryDiskSize),
+		OSFlavor:     s.schema.Image.OSFlavor,
+		Architecture: s.schema.ServerType.Architecture,
+		Labels:       map[string]string{},
+	}}
+	if req.Description != nil {
+		im.schema.Description = *req.Description
+	}
+	if req.Labels != nil {
+		im.schema.Labels = maps.Clone(*req.Labels)
+	}
+	f.images[im.schema.ID] = im
+	a := f.newAction("create_image", now,
+		schema.ActionResourceReference{ID: serverID, Type: "server"},
+		schema.ActionResourceReference{ID: im.schema.ID, Type: "image"})
+	a.onDone = func() {
+		im.schema.Status = "available"
+		size := im.schema.DiskSize / 4
+		im.schema.ImageSize = &size
+	}
+	f.settle(now)
+	writeJSON(w, http.StatusCreated, schema.ServerActionCreateImageResponse{Action: a.schema, Image: im.schema})
+}
+
+func (f *Fake) updateImage(w http.ResponseWriter, r *http.Request, id int64, _ time.Time) {
+	im, ok := f.images[id]
+	if !ok {
+		notFound(w)
+		return
+	}
+	var req schema.ImageUpdateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		return
+	}
+	if im.schema.Type == "system" {
+		writeError(w, APIError{http.StatusForbidden, "forbidden", "system images can't be changed"})
+		return
+	}
+	if req.Description != nil {
+		im.schema.Description = *req.Description
+	}
+	if req.Type != nil {
+		if *req.Type != "snapshot" {
+			writeError(w, invalidInput("type can only be changed to snapshot"))
+			return
+		}
+		im.schema.Type = *req.Type
+	}
+	if req.Labels != nil {
+		im.schema.Labels = maps.Clone(*req.Labels)
+	}
+	writeJSON(w, http.StatusOK, schema.ImageUpdateResponse{Image: im.schema})
+}
+
+func (f *Fake) deleteImage(w http.ResponseWriter, id int64) {
+	im, ok := f.images[id]
+	if !ok {
+		notFound(w)
+		return
+	}
+	switch {
+	case im.schema.Type == "system":
+		writeError(w, APIError{http.StatusForbidden, "forbidden", "system images can't be deleted"})
+		return
+	case im.schema.Protection.Delete:
+		writeError(w, APIError{http.StatusLocked, "protected", fmt.Sprintf("image %d is protected against deletion", id)})
+		return
+	}
+	delete(f.images, id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (f *Fake) changeImageProtection(w http.ResponseWriter, r *http.Request, id int64, now time.Time) {
+	im, ok := f.images[id]
+	if !ok {
+		notFound(w)
+		return
+	}
+	var req schema.ImageActionChangeProtectionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		return
+	}
+	if req.Delete != nil {
+		im.schema.Protection.Delete = *req.Delete
+	}
+	a := f.newAction("change_protection", now, schema.ActionResourceReference{ID: id, Type: "image"})
+	// Protection changes take effect at once; only the action is reported
+	// as running for ActionDelay.
+	writeJSON(w, http.StatusCreated, schema.ImageActionChangeProtectionResponse{Action: a.schema})
+}
+
+// DefaultServerTypes is the fake's catalogue: shared x86 (cx, cpx), shared
+// Arm (cax) and dedicated (ccx), with prices in EUR per location.
+func DefaultServerTypes() []schema.ServerType {
+	locs := DefaultLocations()
+	mk := func(id int64, name, cpuType, arch string, cores int, mem float32, disk int, hourly string, only ...string) schema.ServerType {
+		t := schema.ServerType{
+			ID: id, Name: name, Description: name, Cores: cores, Memory: mem, Disk: disk,
+			StorageType: "local", CPUType: cpuType, Architecture: arch, Category: "shared",
+		}
+		if cpuType == "dedicated" {
+			t.Category = "dedicated"
+		}
+		for _, l := range locs {
+			if len(only) > 0 && !slices.Contains(only, l.Name) {
+				continue
+			}
+			t.Locations = append(t.Locations, schema.ServerTypeLocation{ID: l.ID, Name: l.Name, Available: true, Recommended: true})
+			t.Prices = append(t.Prices, schema.PricingServerTypePrice{
+				Location:    l.Name,
+				PriceHourly: schema.Price{Net: hourly, Gross: hourly},
+			})
+		}
+		return t
+	}
+	return []schema.ServerType{
+		mk(104, "cx22", "shared", "x86", 2, 4, 40, "0.0060"),
+		mk(105, "cx32", "shared", "x86", 4, 8, 80, "0.0113"),
+		mk(7, "cpx31", "shared", "x86", 4, 8, 160, "0.0242"),
+		mk(45, "cax11", "shared", "arm", 2, 4, 40, "0.0060", "fsn1", "nbg1", "hel1"),
+		mk(96, "ccx13", "dedicated", "x86", 2, 8, 80, "0.0232"),
+	}
+}
+
+// DefaultLocations are the fake's locations.
+func DefaultLocations() []schema.Location {
+	return []schema.Location{
+		{ID: 1, Name: "fsn1", Description: "Falkenstein DC Park 1", Country: "DE", City: "Falkenstein", NetworkZone: "eu-central"},
+		{ID: 2, Name: "nbg1", Description: "Nuremberg DC Park 1", Country: "DE", City: "Nuremberg", NetworkZone: "eu-central"},
+		{ID: 3, Name: "hel1", Description: "Helsinki DC Park 1", Country: "FI", City: "Helsinki", NetworkZone: "eu-central"},
+		{ID: 4, Name: "ash", Description: "Ashburn, VA", Country: "US", City: "Ashburn, VA", NetworkZone: "us-east"},
+	}
+}
+
+// DefaultDatacenters are one datacenter per location.
+func DefaultDatacenters() []schema.Datacenter {
+	var out []schema.Datacenter
+	types := DefaultServerTypes()
+	for i, l := range DefaultLocations() {
+		dc := schema.Datacenter{ID: int64(i + 1), Name: l.Name + "-dc" + strconv.Itoa(i+1), Description: l.Description, Location: l,
+			ServerTypes: &schema.DatacenterServerTypes{}}
+		for _, t := range types {
+			if slices.ContainsFunc(t.Locations, func(tl schema.ServerTypeLocation) bool { return tl.Name == l.Name }) {
+				dc.ServerTypes.Supported = append(dc.ServerTypes.Supported, t.ID)
+				dc.ServerTypes.Available = append(dc.ServerTypes.Available, t.ID)
+			}
+		}
+		out = append(out, dc)
+	}
+	return out
+}
+
+// DefaultImages are the system images, for x86 and arm.
+func DefaultImages() []schema.Image {
+	created := time.Date(2024, 4, 25, 0, 0, 0, 0, time.UTC)
+	mk := func(id int64, name, flavor, version, arch string) schema.Image {
+		return schema.Image{
+			ID: id, Status: "available", Type: "system", Name: &name, Description: name,
+			DiskSize: 5, Created: &created, OSFlavor: flavor, OSVersion: &version,
+			Architecture: arch, RapidDeploy: true, Labels: map[string]string{},
+		}
+	}
+	return []schema.Image{
+		mk(161547269, "ubuntu-24.04", "ubuntu", "24.04", "x86"),
+		mk(161547270, "ubuntu-24.04", "ubuntu", "24.04", "arm"),
+		mk(114690387, "debian-12", "debian", "12", "x86"),
+		mk(114690389, "debian-12", "debian", "12", "arm"),
+	}
+}
