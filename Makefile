@@ -56,6 +56,8 @@ check-generate: generate ## fail when the generated code is not what `make gener
 fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/kwok/providerid/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/hcloud/providerid/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
 
 clean:
 	rm -rf bin e2e/out
