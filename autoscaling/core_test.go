@@ -19,7 +19,9 @@ import (
 	"github.com/prebake-dev/prebake/providers/fake"
 )
 
-func newCore(t *testing.T, p *fake.Provider, groups ...GroupSpec) *Core {
+// newCore starts a core over p, with fast workers and a one-hour TTL: tests
+// call Sync(force) themselves.
+func newCore(t *testing.T, p providers.Provider, groups ...GroupSpec) *Core {
 	t.Helper()
 	if len(groups) == 0 {
 		groups = []GroupSpec{{ID: "g1", Provider: "fake", MinSize: 0, MaxSize: 10, MachineType: "m1", Zone: "z1"}}
@@ -28,7 +30,7 @@ func newCore(t *testing.T, p *fake.Provider, groups ...GroupSpec) *Core {
 	c, err := New(t.Context(), Options{
 		Cluster:         "test",
 		Groups:          groups,
-		Providers:       map[string]providers.Provider{"fake": p},
+		Providers:       map[string]providers.Provider{p.Name(): p},
 		RefreshInterval: time.Hour, // tests call Sync(force) explicitly
 		Reserved:        providers.Reserved{MilliCPU: 100, MemoryBytes: 256 << 20},
 		GPULabel:        "prebake.dev/gpu",

@@ -1,12 +1,10 @@
 package autoscaling
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,29 +28,8 @@ func newHcloudCore(t *testing.T) (*Core, *hcloudfake.Fake) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n atomic.Int64
-	c, err := New(t.Context(), Options{
-		Cluster: "test",
-		Groups: []GroupSpec{{ID: "cx", Provider: "hcloud", MinSize: 0, MaxSize: 5, MachineType: "cx22", Zone: "fsn1",
-			UserData: []byte("#cloud-config\n")}},
-		Providers:       map[string]providers.Provider{"hcloud": p},
-		RefreshInterval: time.Hour, // the test calls Sync(force)
-		Workers:         WorkerOptions{Parallelism: 4, QPS: 1000, Retries: 2, RetryBase: time.Millisecond},
-		NameRand:        func() string { return fmt.Sprintf("%05d", n.Add(1)) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = c.Shutdown(sctx)
-		cancel()
-	})
+	c := newCore(t, p, GroupSpec{ID: "cx", Provider: "hcloud", MinSize: 0, MaxSize: 5, MachineType: "cx22", Zone: "fsn1",
+		UserData: []byte("#cloud-config\n")})
 	return c, f
 }
 

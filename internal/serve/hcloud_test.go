@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"strconv"
@@ -35,22 +34,10 @@ func TestServeHcloudExample(t *testing.T) {
 	}
 	cfg := strings.Replace(string(example), commented, "endpoint: "+f.URL(), 1)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{ConfigPath: writeConfig(t, cfg), Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
-			Ready: func(g, _ string) { ready <- g }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	ctx := t.Context()
+	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, cfg)})
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run after shutdown: %v", err)
 		}
 	}()

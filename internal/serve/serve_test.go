@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,32 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// startServer runs Run(o) until the test ends and returns its gRPC address;
+// stop shuts it down and returns Run's error.
+func startServer(t *testing.T, o Options) (addr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	o.Listen, o.ShutdownTimeout = "127.0.0.1:0", 5*time.Second
+	o.Ready = func(g, _ string) { ready <- g }
+	go func() { done <- Run(ctx, o) }()
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	}
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return addr, stop
+}
+
 func TestBadConfigFailsBeforeListening(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	addr := freeAddr(t)
@@ -91,19 +118,8 @@ func TestPlaintextOffLoopbackIsRefused(t *testing.T) {
 func TestServeAnswersWithoutACluster(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{ConfigPath: writeConfig(t, goodConfig), Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
-			Ready: func(g, _ string) { ready <- g }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	ctx := t.Context()
+	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, goodConfig)})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +136,7 @@ func TestServeAnswersWithoutACluster(t *testing.T) {
 	if _, err := c.Refresh(ctx, &protos.RefreshRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("Refresh without a cluster: %v, want Unavailable", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run after shutdown: %v", err)
 	}
 }
@@ -137,20 +152,8 @@ func TestMTLSRefusesStrangers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{ConfigPath: writeConfig(t, goodConfig), Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second,
-			TLSCert: b.ServerCert, TLSKey: b.ServerKey, ClientCA: b.CACert, Ready: func(g, _ string) { ready <- g }})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	ctx := t.Context()
+	addr, _ := startServer(t, Options{ConfigPath: writeConfig(t, goodConfig), TLSCert: b.ServerCert, TLSKey: b.ServerKey, ClientCA: b.CACert})
 	call := func(clientCert, clientKey string) error {
 		pool := x509.NewCertPool()
 		pem, _ := os.ReadFile(b.CACert)
