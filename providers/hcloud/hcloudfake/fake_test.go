@@ -125,19 +125,29 @@ func TestServerLifecycle(t *testing.T) {
 
 func TestWaitForSlowAction(t *testing.T) {
 	t.Parallel()
-	// A real clock: WaitFor polls until the action's delay has passed.
-	f, client, _ := newFake(t, Options{Now: time.Now})
-	f.SetActionDelay(30 * time.Millisecond)
+	// The fake's clock decides when a slow action ends: WaitFor must keep
+	// polling while it runs and return once the clock passes its delay.
+	f, client, clk := newFake(t, Options{})
+	f.SetActionDelay(time.Minute)
 	res, _, err := client.Server.Create(context.Background(), createOpts("slow", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if err := client.Action.WaitFor(context.Background(), append([]*hcloud.Action{res.Action}, res.NextActions...)...); err != nil {
-		t.Fatal(err)
+	actions := append([]*hcloud.Action{res.Action}, res.NextActions...)
+	done := make(chan error, 1)
+	go func() { done <- client.Action.WaitFor(context.Background(), actions...) }()
+	a, _, err := client.Action.GetByID(context.Background(), res.Action.ID)
+	if err != nil || a.Status != hcloud.ActionStatusRunning {
+		t.Fatalf("before the delay: action %+v, %v; want running", a, err)
 	}
-	if el := time.Since(start); el < 20*time.Millisecond {
-		t.Fatalf("slow action finished after %v", el)
+	select {
+	case err := <-done:
+		t.Fatalf("WaitFor returned (%v) while the action was still running", err)
+	default:
+	}
+	clk.Advance(time.Minute)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
