@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -117,7 +116,9 @@ func NewBackend(ctx context.Context, name string, opts Options) (Backend, error)
 // SkipIfUnavailable ends a test whose backend could not be made: when err wraps
 // ErrBackendUnavailable it skips with one line, except under CI=true, where a missing
 // prerequisite is a failure. Any other non-nil error fails the test.
-func SkipIfUnavailable(tb testing.TB, err error) {
+// It takes the few methods it needs of testing.TB, so this non-test package
+// doesn't link the testing package into the demo binary.
+func SkipIfUnavailable(tb TB, err error) {
 	tb.Helper()
 	switch {
 	case err == nil:
@@ -126,6 +127,13 @@ func SkipIfUnavailable(tb testing.TB, err error) {
 	default:
 		tb.Fatal(err)
 	}
+}
+
+// TB is the part of testing.TB that SkipIfUnavailable uses.
+type TB interface {
+	Helper()
+	Skip(args ...any)
+	Fatal(args ...any)
 }
 
 // absDir is filepath.Abs with an error that names the option.
