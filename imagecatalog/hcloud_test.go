@@ -1,0 +1,312 @@
+package imagecatalog_test
+
+// The acceptance scenario against the Hetzner fake, through the real
+// hcloud-go client: real snapshots, real deletes, real delete protection.
+// The adapter below is what providers/hcloud will implement; it lives in a
+// test file because imagecatalog imports no project package.
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+
+	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
+)
+
+type hcloudImages struct{ c *hcloud.Client }
+
+func (h hcloudImages) image(id string) (*hcloud.Image, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return nil, err
+	}
+	return &hcloud.Image{ID: n}, nil
+}
+
+func (h hcloudImages) ListImages(ctx context.Context, selector map[string]string) ([]imagecatalog.CloudImage, error) {
+	var sel []string
+	for _, k := range slices.Sorted(maps.Keys(selector)) {
+		sel = append(sel, k+"="+selector[k])
+	}
+	ims, err := h.c.Image.AllWithOpts(ctx, hcloud.ImageListOpts{
+		ListOpts: hcloud.ListOpts{LabelSelector: strings.Join(sel, ",")}, Type: []hcloud.ImageType{hcloud.ImageTypeSnapshot}})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]imagecatalog.CloudImage, 0, len(ims))
+	for _, im := range ims {
+		out = append(out, imagecatalog.CloudImage{ID: strconv.FormatInt(im.ID, 10), Description: im.Description,
+			Labels: im.Labels, Protected: im.Protection.Delete, Created: im.Created})
+	}
+	return out, nil
+}
+
+func (h hcloudImages) SetLabels(ctx context.Context, id string, labels map[string]string) error {
+	im, err := h.image(id)
+	if err != nil {
+		return err
+	}
+	_, _, err = h.c.Image.Update(ctx, im, hcloud.ImageUpdateOpts{Labels: labels})
+	return err
+}
+
+func (h hcloudImages) SetDeleteProtection(ctx context.Context, id string, on bool) error {
+	im, err := h.image(id)
+	if err != nil {
+		return err
+	}
+	a, _, err := h.c.Image.ChangeProtection(ctx, im, hcloud.ImageChangeProtectionOpts{Delete: hcloud.Ptr(on)})
+	if err != nil {
+		return err
+	}
+	return h.c.Action.WaitFor(ctx, a)
+}
+
+func (h hcloudImages) DeleteImage(ctx context.Context, id string) error {
+	im, err := h.image(id)
+	if err != nil {
+		return err
+	}
+	if _, err := h.c.Image.Delete(ctx, im); err != nil && !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		return err
+	}
+	return nil
+}
+
+// hcloudInstances lists the cluster's servers and the image each booted from.
+type hcloudInstances struct{ c *hcloud.Client }
+
+func (h hcloudInstances) ListInstances(ctx context.Context) ([]imagecatalog.Instance, error) {
+	servers, err := h.c.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: "prebake.dev/cluster=test"}})
+	if err != nil {
+		return nil, err
+	}
+	var out []imagecatalog.Instance
+	for _, s := range servers {
+		in := imagecatalog.Instance{ID: strconv.FormatInt(s.ID, 10)}
+		if s.Image != nil {
+			in.Image = strconv.FormatInt(s.Image.ID, 10)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+type clock struct {
+	mu  sync.Mutex // guards now
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func exactVersions() map[string]string {
+	vs := map[string]string{}
+	for _, c := range imagecatalog.DefaultComponents {
+		vs[c] = "1.0.0-1"
+	}
+	vs["kubelet"], vs["kubeadm"], vs["kubectl"] = "1.34.2-1.1", "1.34.2-1.1", "1.34.2-1.1"
+	return vs
+}
+
+type fakeCloud struct {
+	fake   *hcloudfake.Fake
+	client *hcloud.Client
+	clock  *clock
+}
+
+func newFakeCloud(t *testing.T) fakeCloud {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 11, 30, 15, 4, 0, 0, time.UTC)}
+	f := hcloudfake.New(hcloudfake.Options{Now: clk.Now, Token: "test-token"})
+	t.Cleanup(f.Close)
+	client := hcloud.NewClient(hcloud.WithEndpoint(f.URL()), hcloud.WithToken("test-token"),
+		hcloud.WithRetryOpts(hcloud.RetryOpts{BackoffFunc: hcloud.ConstantBackoff(0), MaxRetries: 0}),
+		hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(time.Millisecond)}))
+	return fakeCloud{f, client, clk}
+}
+
+// publish snapshots a builder server and publishes the snapshot, labelled,
+// to the catalog. (The real build also boots, verifies and cleans the
+// builder; that is a later increment.)
+func (fc fakeCloud) publish(t *testing.T, ctx context.Context, c imagecatalog.Catalog) (imagecatalog.Catalog, string) {
+	t.Helper()
+	fc.clock.Advance(time.Hour)
+	now := fc.clock.Now()
+	im := imagecatalog.Image{
+		Name:     imagecatalog.Name{OS: "ubuntu", OSVersion: "2404", K8s: imagecatalog.Version{Major: 1, Minor: 34, Patch: 2}, Arch: "amd64", Built: now}.String(),
+		Provider: "hcloud", Created: now, Manifest: imagecatalog.DefaultManifest(exactVersions()),
+		Verified: &imagecatalog.Event{At: now, Reason: "test"},
+	}
+	im.InputsHash = imagecatalog.InputsHash(imagecatalog.Inputs{BaseImage: "ubuntu-24.04", Manifest: im.Manifest, ScriptVersion: now.String()})
+	labels, err := imagecatalog.Labels(im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, err := fc.client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "builder", ServerType: &hcloud.ServerType{Name: "cx22"},
+		Image: &hcloud.Image{Name: "ubuntu-24.04"}, Location: &hcloud.Location{Name: "fsn1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := fc.client.Server.CreateImage(ctx, res.Server, &hcloud.ServerCreateImageOpts{
+		Type: hcloud.ImageTypeSnapshot, Description: hcloud.Ptr(im.Name), Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.client.Action.WaitFor(ctx, snap.Action); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := fc.client.Server.DeleteWithResult(ctx, res.Server); err != nil {
+		t.Fatal(err)
+	}
+	im.ID = strconv.FormatInt(snap.Image.ID, 10)
+	c, err = imagecatalog.Publish(c, im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, im.ID
+}
+
+func TestAcceptanceScenarioHcloudFake(t *testing.T) {
+	t.Parallel()
+	for _, liveOnC := range []bool{false, true} {
+		name := map[bool]string{false: "no live instance", true: "live instance on C"}[liveOnC]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			fc := newFakeCloud(t)
+			api := hcloudImages{fc.client}
+			var c imagecatalog.Catalog
+			ids := map[string]string{} // letter → hcloud id
+			letter := map[string]string{}
+			for _, l := range []string{"A", "B", "C", "D", "E"} {
+				var id string
+				c, id = fc.publish(t, ctx, c)
+				ids[l], letter[id] = id, l
+			}
+			now := fc.clock.Now()
+			var err error
+			for _, l := range []string{"A", "B", "C"} {
+				if c, _, err = imagecatalog.Promote(c, imagecatalog.ChannelStable, ids[l], now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key := imagecatalog.Key{OS: "ubuntu-2404", K8sMinor: "1.34", Arch: "amd64", Provider: "hcloud"}
+			if c, err = imagecatalog.Rollback(c, imagecatalog.ChannelStable, key, "canary join failed", now); err != nil {
+				t.Fatal(err)
+			}
+			if c, _, err = imagecatalog.Promote(c, imagecatalog.ChannelCandidate, ids["D"], now); err != nil {
+				t.Fatal(err)
+			}
+			if liveOnC {
+				if _, _, err := fc.client.Server.Create(ctx, hcloud.ServerCreateOpts{Name: "node-1", ServerType: &hcloud.ServerType{Name: "cx22"},
+					Image: &hcloud.Image{ID: mustID(t, ids["C"])}, Location: &hcloud.Location{Name: "fsn1"},
+					Labels: map[string]string{"prebake.dev/cluster": "test"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			c, plan, err := imagecatalog.GC(ctx, api, hcloudInstances{fc.client}, c, imagecatalog.GCOptions{KeepHistory: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantKept, wantGone := []string{"A", "B", "D"}, []string{"C", "E"}
+			if liveOnC {
+				wantKept, wantGone = []string{"A", "B", "C", "D"}, []string{"E"}
+			}
+			var deleted []string
+			for _, id := range plan.Delete {
+				deleted = append(deleted, letter[id])
+			}
+			if d := cmp.Diff(wantGone, deleted); d != "" {
+				t.Errorf("deleted (-want +got):\n%s", d)
+			}
+
+			// The cloud agrees: the kept images are there, the channel ones protected.
+			cloud, err := api.ListImages(ctx, map[string]string{imagecatalog.LabelOS: "ubuntu-2404"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inCloud []string
+			protected := map[string]bool{}
+			for _, im := range cloud {
+				inCloud = append(inCloud, letter[im.ID])
+				protected[letter[im.ID]] = im.Protected
+			}
+			slices.Sort(inCloud)
+			if d := cmp.Diff(wantKept, inCloud); d != "" {
+				t.Errorf("images left in the cloud (-want +got):\n%s", d)
+			}
+			wantProtected := map[string]bool{"A": true, "B": true, "D": true}
+			if liveOnC {
+				wantProtected["C"] = false
+			}
+			if d := cmp.Diff(wantProtected, protected); d != "" {
+				t.Errorf("delete protection (-want +got):\n%s", d)
+			}
+			var inCatalog []string
+			for _, im := range c.Images {
+				inCatalog = append(inCatalog, letter[im.ID])
+			}
+			if d := cmp.Diff(wantKept, inCatalog); d != "" {
+				t.Errorf("images left in the catalog (-want +got):\n%s", d)
+			}
+
+			// Delete protection is real: the stable image survives a direct delete.
+			if err := api.DeleteImage(ctx, ids["B"]); !hcloud.IsError(err, hcloud.ErrorCodeProtected) {
+				t.Errorf("deleting the protected stable image: %v, want protected", err)
+			}
+			if got, err := imagecatalog.Resolve(c, imagecatalog.Query{Channel: imagecatalog.ChannelStable, Key: key}); err != nil || got != ids["B"] {
+				t.Errorf("resolve stable after gc = %s, %v; want B (%s)", letter[got], err, ids["B"])
+			}
+		})
+	}
+}
+
+func mustID(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A failing delete stops gc part way; the catalog keeps what is still there.
+func TestGCStopsAtAFailedDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fc := newFakeCloud(t)
+	var c imagecatalog.Catalog
+	var ids []string
+	for range 3 {
+		var id string
+		c, id = fc.publish(t, ctx, c)
+		ids = append(ids, id)
+	}
+	fc.fake.Fail("DELETE", "/images/"+ids[1], 1, hcloudfake.APIError{Status: 500, Code: "server_error", Message: "boom"})
+	out, _, err := imagecatalog.GC(ctx, hcloudImages{fc.client}, hcloudInstances{fc.client}, c, imagecatalog.GCOptions{KeepHistory: 2})
+	if err == nil {
+		t.Fatal("gc succeeded despite a failed delete")
+	}
+	var left []string
+	for _, im := range out.Images {
+		left = append(left, im.ID)
+	}
+	if d := cmp.Diff(ids[1:], left); d != "" {
+		t.Errorf("catalog after a failed gc (-want +got):\n%s", d)
+	}
+}
