@@ -13,20 +13,20 @@ E2E_TIMEOUT ?= 50m
 all: build
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 build: ## build bin/prebake
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/prebake ./cmd/prebake
 
 vet: ## go vet
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/...
+	$(GO) vet -tags e2e ./e2e/... ./deploy/...
 
 unit: ## fast loop: go test -race on every package (no e2e)
 	$(GO) test -race -timeout $(UNIT_TIMEOUT) ./...
 
-e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached)
-	$(GO) test -tags e2e -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
+e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached), and the deploy/ server-side dry-runs
+	$(GO) test -tags e2e -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/...
 
 test: check-generate vet unit e2e ## what CI runs: generated code check, vet, unit, e2e
 
@@ -58,6 +58,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/kwok/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/hcloud/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
+	$(GO) test -run '^$$' -fuzz FuzzParseName -fuzztime 20s ./imagecatalog/
 
 clean:
 	rm -rf bin e2e/out

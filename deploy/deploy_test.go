@@ -1,0 +1,229 @@
+package deploy
+
+import (
+	"net"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/prebake-dev/prebake/config"
+)
+
+// TestOverlays renders every overlay and holds it to the policy and to the
+// wiring between CA's cloud-config, the Service and the certificates.
+func TestOverlays(t *testing.T) {
+	t.Parallel()
+	kc := kubectl(t)
+	staged := stage(t)
+	for _, name := range overlays(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			objs := decode(t, render(t, kc, staged, name))
+			got, err := violations(objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range got {
+				t.Error(v)
+			}
+			if find(objs, "Deployment", "cluster-autoscaler") == nil {
+				t.Error("no cluster-autoscaler Deployment")
+			}
+			checkCloudConfig(t, name, objs)
+			checkNodeCreate(t, name, objs)
+		})
+	}
+}
+
+// checkCloudConfig: CA dials a host the server certificate carries, and a
+// Service or loopback answers there.
+func checkCloudConfig(t *testing.T, overlay string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	cm := find(objs, "ConfigMap", "cluster-autoscaler-cloud-config")
+	if cm == nil {
+		t.Fatal("no cluster-autoscaler-cloud-config ConfigMap")
+	}
+	raw, _, _ := unstructured.NestedString(cm.Object, "data", "cloud-config.yaml")
+	var cc struct {
+		Address     string `json:"address"`
+		Cert        string `json:"cert"`
+		Key         string `json:"key"`
+		CACert      string `json:"cacert"`
+		GRPCTimeout string `json:"grpc_timeout"`
+	}
+	if err := sigsyaml.UnmarshalStrict([]byte(raw), &cc); err != nil {
+		t.Fatalf("cloud-config: %v", err)
+	}
+	host, _, err := net.SplitHostPort(cc.Address)
+	if err != nil {
+		t.Fatalf("cloud-config address %q: %v (CA needs host:port)", cc.Address, err)
+	}
+	if cc.GRPCTimeout == "" {
+		t.Error("cloud-config sets no grpc_timeout")
+	}
+	if host == "127.0.0.1" {
+		if find(objs, "Deployment", "prebake") != nil {
+			t.Error("loopback address but prebake runs in its own Deployment")
+		}
+		return
+	}
+	if cc.Cert == "" || cc.Key == "" || cc.CACert == "" {
+		t.Errorf("cloud-config dials %s without mTLS (cert, key, cacert)", host)
+	}
+	parts := strings.Split(host, ".")
+	if len(parts) < 3 || parts[2] != "svc" || find(objs, "Service", parts[0]) == nil || find(objs, "Service", parts[0]).GetNamespace() != parts[1] {
+		t.Errorf("cloud-config address %s is not the DNS name of a Service in the render", host)
+	}
+	if host != serviceDNSName {
+		t.Errorf("cloud-config host %s; docs/deploy.md and the mtls-files steps issue the certificate for %s", host, serviceDNSName)
+	}
+	if crt := find(objs, "Certificate", "prebake-server"); crt != nil {
+		names, _, _ := unstructured.NestedStringSlice(crt.Object, "spec", "dnsNames")
+		if !slices.Contains(names, host) {
+			t.Errorf("server Certificate dnsNames %v lack %s, the host CA dials", names, host)
+		}
+	}
+}
+
+// checkNodeCreate: only the kwok provider creates Node objects.
+func checkNodeCreate(t *testing.T, overlay string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	kwok := find(objs, "Namespace", "prebake-kwok") != nil
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" || !strings.HasPrefix(o.GetName(), "prebake") {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			rm, _ := r.(map[string]any)
+			res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+			if slices.Contains(verbs, "*") || slices.Contains(res, "*") {
+				t.Errorf("ClusterRole %s grants a wildcard: list the verbs the code calls", o.GetName())
+			}
+			if slices.Contains(res, "nodes") && slices.Contains(verbs, "create") && !kwok {
+				t.Errorf("ClusterRole %s grants create on nodes outside the kwok provider", o.GetName())
+			}
+		}
+	}
+}
+
+// TestPolicyCatchesBadManifests proves the policy can fail: each mutation of
+// a compliant Deployment must produce exactly the expected violation.
+func TestPolicyCatchesBadManifests(t *testing.T) {
+	t.Parallel()
+	good := `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: demo, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: demo}}
+  template:
+    metadata: {labels: {app: demo}}
+    spec:
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: prebake
+          image: prebake
+          resources: {requests: {cpu: 10m, memory: 10Mi}, limits: {cpu: 100m, memory: 100Mi}}
+          securityContext: {readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+          volumeMounts: [{name: token, mountPath: /t}]
+        - name: log-shipper
+          image: shipper
+          resources: {requests: {cpu: 10m, memory: 10Mi}, limits: {cpu: 100m, memory: 100Mi}}
+          securityContext: {readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+      volumes:
+        - {name: token, secret: {secretName: hcloud-token}}
+`
+	for _, tc := range []struct {
+		name   string
+		mutate func(string) string
+		want   []string
+	}{
+		{"compliant", func(s string) string { return s }, nil},
+		{"runs as root", func(s string) string { return strings.Replace(s, "runAsUser: 65532", "runAsUser: 0", 1) },
+			[]string{`container "prebake": runs as root`, `container "log-shipper": runs as root`}},
+		{"no runAsNonRoot", func(s string) string { return strings.Replace(s, "runAsNonRoot: true, ", "", 1) },
+			[]string{`container "prebake": runAsNonRoot is not true`, `container "log-shipper": runAsNonRoot is not true`}},
+		{"no limits", func(s string) string {
+			return strings.Replace(s, ", limits: {cpu: 100m, memory: 100Mi}}", "}", 1)
+		}, []string{`container "prebake": no cpu limit`, `container "prebake": no memory limit`}},
+		{"writable root filesystem", func(s string) string {
+			return strings.Replace(s, "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", 1)
+		},
+			[]string{`container "prebake": readOnlyRootFilesystem is not true`}},
+		{"keeps capabilities", func(s string) string { return strings.Replace(s, "drop: [ALL]", "drop: [NET_RAW]", 1) },
+			[]string{`container "prebake": capabilities do not drop ALL`}},
+		{"no seccomp", func(s string) string { return strings.Replace(s, ", seccompProfile: {type: RuntimeDefault}", "", 1) },
+			[]string{`container "prebake": no RuntimeDefault`, `container "log-shipper": no RuntimeDefault`}},
+		{"token in a container that doesn't call the cloud", func(s string) string {
+			return strings.Replace(s, "capabilities: {drop: [ALL]}}\n      volumes", "capabilities: {drop: [ALL]}}\n          volumeMounts: [{name: token, mountPath: /t}]\n      volumes", 1)
+		}, []string{`container "log-shipper": reads Secret "hcloud-token", which only [prebake] need`}},
+		{"token from env in the wrong container", func(s string) string {
+			return strings.Replace(s, "image: shipper", "image: shipper\n          env: [{name: T, valueFrom: {secretKeyRef: {name: hcloud-token, key: token}}}]", 1)
+		}, []string{`container "log-shipper": reads Secret "hcloud-token"`}},
+		{"unknown Secret", func(s string) string {
+			return strings.Replace(s, "secretName: hcloud-token", "secretName: db-password", 1)
+		},
+			[]string{`container "prebake": reads Secret "db-password", which is not in secretConsumers`}},
+		{"inlined token", func(s string) string {
+			return s + "---\napiVersion: v1\nkind: Secret\nmetadata: {name: hcloud-token, namespace: kube-system}\nstringData: {token: abc}\n"
+		}, []string{`Secret kube-system/hcloud-token: a token Secret is inlined`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			objs, err := decodeObjects([]byte(tc.mutate(good)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := violations(objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("violations:\n  %s\nwant %d containing %q", strings.Join(got, "\n  "), len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("violation %d = %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestProviderConfigsLoad: the configs the components ship pass prebake's
+// own validation, and differ from the examples only where the cluster needs
+// it.
+func TestProviderConfigsLoad(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ component, example string }{
+		{"components/kwok/config.yaml", "../examples/kwok.yaml"},
+		{"components/hcloud/config.yaml", "../examples/hcloud.yaml"},
+	} {
+		t.Run(tc.component, func(t *testing.T) {
+			t.Parallel()
+			got, err := config.Load(tc.component)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := config.Load(tc.example)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Providers.Hcloud != nil {
+				if got.Providers.Hcloud.Token.File != "/var/run/secrets/hcloud/token" {
+					t.Errorf("hcloud token = %+v, want the file of the mounted hcloud-token Secret", got.Providers.Hcloud.Token)
+				}
+				got.Providers.Hcloud.Token = want.Providers.Hcloud.Token
+			}
+			if d := cmp.Diff(want.NodeGroups, got.NodeGroups); d != "" {
+				t.Errorf("node groups drifted from %s (-example +component):\n%s", tc.example, d)
+			}
+		})
+	}
+}
