@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
@@ -106,25 +105,7 @@ func main() {
 	}
 }
 
-// clock is the simulated time, shared by the fake, the provider and the core.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newFake(clk *clock) *hcloudfake.Fake {
+func newFake(clk *hcloudfake.Clock) *hcloudfake.Fake {
 	// The fake's own bucket is out of the way: the point is to count.
 	return hcloudfake.New(hcloudfake.Options{Token: "bench", Now: clk.Now, RateLimit: 1 << 30})
 }
@@ -134,7 +115,7 @@ func groupID(i int) string { return fmt.Sprintf("pool-%02d", i) }
 // runOurs replays the hour against prebake's core and hcloud provider.
 func runOurs(c config, ttl time.Duration) (result, error) {
 	ctx := context.Background()
-	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := hcloudfake.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // simulated time, shared by the fake, the provider and the core
 	f := newFake(clk)
 	defer f.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -184,7 +165,7 @@ func runOurs(c config, ttl time.Duration) (result, error) {
 	var churnedOld map[string]bool
 	loops := int(c.hour / loop)
 	for l := range loops {
-		clk.advance(loop)
+		clk.Advance(loop)
 		// Refresh: a read; it only kicks a re-list when the TTL has passed.
 		// Sync(false) runs that re-list here, so the count does not depend
 		// on goroutine timing.
@@ -277,7 +258,7 @@ func waitServers(f *hcloudfake.Fake, n int) error {
 // NodeGroupForNode gets the server, TemplateNodeInfo gets the server type.
 func runNaive(c config) (result, error) {
 	ctx := context.Background()
-	clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := hcloudfake.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // simulated time, shared by the fake, the provider and the core
 	f := newFake(clk)
 	defer f.Close()
 	client := hc.NewClient(hc.WithEndpoint(f.URL()), hc.WithToken("bench"))
@@ -310,7 +291,7 @@ func runNaive(c config) (result, error) {
 	loops := int(c.hour / loop)
 	var churned string
 	for l := range loops {
-		clk.advance(loop)
+		clk.Advance(loop)
 		for i := range c.groups {
 			g := groupID(i)
 			for range targetRPCs {

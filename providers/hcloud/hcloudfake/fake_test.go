@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,27 +12,9 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 )
 
-// clock is a manual clock, safe for concurrent use.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newFake(t *testing.T, opts Options) (*Fake, *hcloud.Client, *clock) {
+func newFake(t *testing.T, opts Options) (*Fake, *hcloud.Client, *Clock) {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c := NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	if opts.Now == nil {
 		opts.Now = c.Now
 	}
