@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,18 +100,6 @@ func (h hcloudInstances) ListInstances(ctx context.Context) ([]imagecatalog.Inst
 	return out, nil
 }
 
-type clock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func exactVersions() map[string]string {
 	vs := map[string]string{}
 	for _, c := range imagecatalog.DefaultComponents {
@@ -125,12 +112,12 @@ func exactVersions() map[string]string {
 type fakeCloud struct {
 	fake   *hcloudfake.Fake
 	client *hcloud.Client
-	clock  *clock
+	clock  *hcloudfake.Clock
 }
 
 func newFakeCloud(t *testing.T) fakeCloud {
 	t.Helper()
-	clk := &clock{now: time.Date(2026, 11, 30, 15, 4, 0, 0, time.UTC)}
+	clk := hcloudfake.NewClock(time.Date(2026, 11, 30, 15, 4, 0, 0, time.UTC))
 	f := hcloudfake.New(hcloudfake.Options{Now: clk.Now, Token: "test-token"})
 	t.Cleanup(f.Close)
 	client := hcloud.NewClient(hcloud.WithEndpoint(f.URL()), hcloud.WithToken("test-token"),
