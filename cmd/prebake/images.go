@@ -53,6 +53,17 @@ func imagesEnvOf(cmd *cobra.Command) (imagesEnv, error) {
 	return imagesEnv{store: imagecatalog.FileStore{Path: path}, output: output, out: cmd.OutOrStdout()}, nil
 }
 
+// loadCatalog is imagesEnvOf plus a read of the catalog, for the commands
+// that only read it.
+func loadCatalog(cmd *cobra.Command) (imagesEnv, imagecatalog.Catalog, error) {
+	env, err := imagesEnvOf(cmd)
+	if err != nil {
+		return env, imagecatalog.Catalog{}, err
+	}
+	c, _, err := env.store.Load()
+	return env, c, err
+}
+
 // write prints v as json or yaml, or calls table for -o table.
 func (e imagesEnv) write(v any, table func(io.Writer) error) error {
 	switch e.output {
@@ -115,11 +126,7 @@ func newImagesListCommand() *cobra.Command {
 		Short: "List the catalog's images and the channels that point to them",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := imagesEnvOf(cmd)
-			if err != nil {
-				return err
-			}
-			c, _, err := env.store.Load()
+			env, c, err := loadCatalog(cmd)
 			if err != nil {
 				return err
 			}
@@ -145,11 +152,7 @@ func newImagesShowCommand() *cobra.Command {
 		Short: "Show one image: its name, inputs hash, manifest and channels",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			env, err := imagesEnvOf(cmd)
-			if err != nil {
-				return err
-			}
-			c, _, err := env.store.Load()
+			env, c, err := loadCatalog(cmd)
 			if err != nil {
 				return err
 			}
@@ -183,11 +186,7 @@ time. Unset key flags match any value; a match on two channels with different
 images is an error that names both.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := imagesEnvOf(cmd)
-			if err != nil {
-				return err
-			}
-			c, _, err := env.store.Load()
+			env, c, err := loadCatalog(cmd)
 			if err != nil {
 				return err
 			}
