@@ -138,10 +138,12 @@ type instance struct {
 	// placeholder is true while providerID is not yet the real one.
 	placeholder bool
 	group       *group
-	phase       phase
-	state       providers.InstanceState
-	err         *providers.InstanceError
-	imageKind   providers.ImageKind
+	// req is what the workers send to Create; built once, at IncreaseSize.
+	req       providers.CreateRequest
+	phase     phase
+	state     providers.InstanceState
+	err       *providers.InstanceError
+	imageKind providers.ImageKind
 	// adopted instances were found by List, not requested by this process:
 	// their timeline is unknown and not observed.
 	adopted bool

@@ -58,7 +58,7 @@ func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
 		}
 	}
 	req := c.createRequest(g, name)
-	inst := &instance{name: name, group: g, phase: phaseQueued, state: providers.StateCreating, imageKind: g.imageKind, requestedAt: now}
+	inst := &instance{name: name, group: g, req: req, phase: phaseQueued, state: providers.StateCreating, imageKind: g.imageKind, requestedAt: now}
 	if id, known := g.provider.ProviderID(req); known {
 		inst.providerID = id
 	} else {

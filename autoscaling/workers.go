@@ -180,8 +180,7 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		return
 	}
 	inst.phase = phaseCreating
-	g := inst.group
-	req := c.createRequest(g, inst.name)
+	g, req := inst.group, inst.req
 	c.mu.Unlock()
 
 	var got providers.Instance

@@ -114,12 +114,13 @@ func Capacity(mt MachineType, r Reserved) (capacity, allocatable corev1.Resource
 // body of the kwok provider's Nodes.
 func BuildNode(s NodeShape) *corev1.Node {
 	capacity, allocatable := Capacity(s.MachineType, s.Reserved)
+	labels := NodeLabels(s)
 	now := metav1.Now()
 	return &corev1.Node{
 		TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   s.Name,
-			Labels: NodeLabels(s),
+			Labels: labels,
 		},
 		Spec: corev1.NodeSpec{
 			ProviderID: s.ProviderID,
@@ -137,7 +138,7 @@ func BuildNode(s NodeShape) *corev1.Node {
 				LastTransitionTime: now,
 			}},
 			NodeInfo: corev1.NodeSystemInfo{
-				Architecture:    NodeLabels(s)[LabelArch],
+				Architecture:    labels[LabelArch],
 				OperatingSystem: "linux",
 			},
 		},
