@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prebake-dev/prebake/providers"
@@ -31,6 +32,9 @@ type GroupSpec struct {
 	// ImageChannel is the catalog channel the group boots from; "" means the
 	// runtime-install path.
 	ImageChannel string
+	// ImageOS and ImageK8sMinor narrow the channel's key ("ubuntu-2404",
+	// "1.35"); "" matches any, and resolve errors if that is ambiguous.
+	ImageOS, ImageK8sMinor string
 	// UserData is passed to Create verbatim. Never logged.
 	UserData []byte
 }
@@ -65,7 +69,12 @@ type Options struct {
 	// Nodes, when set, deletes Node objects of deleted machines (there is no
 	// CCM to do it) and feeds node registration and readiness into the
 	// timeline. Nil disables both.
-	Nodes    NodeClient
+	Nodes NodeClient
+	// Catalog is the image catalog that groups' channels resolve against,
+	// reloaded on every sync. Nil means every group installs at runtime.
+	Catalog CatalogSource
+	// Events receives image fallbacks; nil logs them only.
+	Events   EventSink
 	Metrics  *Metrics
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -103,8 +112,12 @@ type Core struct {
 	synced   map[string]bool      // provider listed OK at least once; guarded by mu
 	listErr  map[string]error     // provider's last List error; guarded by mu
 
-	wg     sync.WaitGroup // owned goroutines: workers, runners, syncer
+	// catalog is the image catalog as last loaded; see images.go.
+	catalog catalogHolder
+
+	wg     sync.WaitGroup // owned goroutines: workers, runners, syncer, event senders
 	cancel context.CancelFunc
+	runCtx atomic.Pointer[context.Context] // Start's context, for event senders
 }
 
 type group struct {
@@ -139,11 +152,15 @@ type instance struct {
 	placeholder bool
 	group       *group
 	// req is what the workers send to Create; built once, at IncreaseSize.
-	req       providers.CreateRequest
-	phase     phase
-	state     providers.InstanceState
-	err       *providers.InstanceError
+	req   providers.CreateRequest
+	phase phase
+	state providers.InstanceState
+	err   *providers.InstanceError
+	// image is the catalog image id the machine boots ("" for runtime
+	// install); fallback says why a group with a channel got none.
+	image     string
 	imageKind providers.ImageKind
+	fallback  *Fallback
 	// adopted instances were found by List, not requested by this process:
 	// their timeline is unknown and not observed.
 	adopted bool
@@ -272,6 +289,7 @@ func (w WorkerOptions) withDefaults() WorkerOptions {
 // empty picture.
 func (c *Core) Start(ctx context.Context) error {
 	ctx, c.cancel = context.WithCancel(ctx)
+	c.runCtx.Store(&ctx)
 	for _, name := range slices.Sorted(maps.Keys(c.workers)) {
 		w := c.workers[name]
 		if r, ok := w.provider.(providers.Runner); ok {

@@ -23,11 +23,17 @@ import (
 // call Sync(force) themselves.
 func newCore(t *testing.T, p providers.Provider, groups ...GroupSpec) *Core {
 	t.Helper()
+	return newCoreWith(t, p, nil, groups...)
+}
+
+// newCoreWith is newCore with the options edited by edit first.
+func newCoreWith(t *testing.T, p providers.Provider, edit func(*Options), groups ...GroupSpec) *Core {
+	t.Helper()
 	if len(groups) == 0 {
 		groups = []GroupSpec{{ID: "g1", Provider: "fake", MinSize: 0, MaxSize: 10, MachineType: "m1", Zone: "z1"}}
 	}
 	var n atomic.Int64
-	c, err := New(t.Context(), Options{
+	o := Options{
 		Cluster:         "test",
 		Groups:          groups,
 		Providers:       map[string]providers.Provider{p.Name(): p},
@@ -36,7 +42,11 @@ func newCore(t *testing.T, p providers.Provider, groups ...GroupSpec) *Core {
 		GPULabel:        "prebake.dev/gpu",
 		Workers:         WorkerOptions{Parallelism: 4, QPS: 1000, Retries: 2, RetryBase: time.Millisecond},
 		NameRand:        func() string { return fmt.Sprintf("%05d", n.Add(1)) },
-	})
+	}
+	if edit != nil {
+		edit(&o)
+	}
+	c, err := New(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

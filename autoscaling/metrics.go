@@ -28,6 +28,8 @@ type Metrics struct {
 	refreshSeconds *prometheus.HistogramVec
 	refreshErrors  *prometheus.CounterVec
 	orphans        *prometheus.CounterVec
+	imageFallbacks *prometheus.CounterVec
+	catalogErrors  prometheus.Counter
 }
 
 // NewMetrics registers the core's metrics with reg (a private registry when
@@ -72,9 +74,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "prebake_orphan_instances_seen_total",
 			Help: "Listed instances whose group is not configured (left alone).",
 		}, []string{"provider"}),
+		imageFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_image_fallback_total",
+			Help: "Machines of groups with an image channel that take the runtime-install path instead, by reason: provider_without_images, catalog_unavailable, no_image, ambiguous, deprecated.",
+		}, []string{"group", "reason"}),
+		catalogErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prebake_image_catalog_load_errors_total",
+			Help: "Image catalog loads that failed (the last good catalog stays in use).",
+		}),
 	}
 	reg.MustRegister(m.phaseSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
-		m.refreshSeconds, m.refreshErrors, m.orphans)
+		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.catalogErrors)
 	return m
 }
 

@@ -50,6 +50,7 @@ func (c *Core) stale() bool {
 func (c *Core) Sync(ctx context.Context, force bool) {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
+	c.reloadCatalog(ctx)
 	now := c.now()
 	var due []providers.Provider
 	c.mu.RLock()
@@ -197,7 +198,7 @@ func (c *Core) adoptLocked(g *group, li providers.Instance) *instance {
 	}
 	inst := &instance{
 		name: name, providerID: li.ProviderID, group: g, phase: phaseAccepted, state: li.State,
-		err: li.Error, imageKind: li.ImageKind, adopted: true,
+		err: li.Error, image: li.Image, imageKind: li.ImageKind, adopted: true,
 		requestedAt: li.CreatedAt, acceptedAt: li.CreatedAt,
 	}
 	if inst.imageKind == "" {

@@ -44,6 +44,11 @@ func (c *Core) IncreaseSize(id string, delta int) error {
 	for _, inst := range created {
 		w.enqueue(task{kind: taskCreate, inst: inst})
 	}
+	for _, inst := range created {
+		if inst.fallback != nil {
+			c.reportFallback(c.eventCtx(), *inst.fallback)
+		}
+	}
 	c.metrics.increaseSize.WithLabelValues(id).Add(float64(delta))
 	c.log.Info("increase size", "group", id, "delta", delta)
 	return nil
@@ -57,8 +62,14 @@ func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
 			break
 		}
 	}
-	req := c.createRequest(g, name)
-	inst := &instance{name: name, group: g, req: req, phase: phaseQueued, state: providers.StateCreating, imageKind: g.imageKind, requestedAt: now}
+	image, kind, fb := c.resolveImage(g)
+	req := c.createRequest(g, name, image, kind)
+	inst := &instance{name: name, group: g, req: req, phase: phaseQueued, state: providers.StateCreating,
+		image: image, imageKind: kind, requestedAt: now}
+	if fb != nil {
+		fb.Machine = name
+		inst.fallback = fb
+	}
 	if id, known := g.provider.ProviderID(req); known {
 		inst.providerID = id
 	} else {
@@ -71,8 +82,12 @@ func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
 	return inst
 }
 
-func (c *Core) createRequest(g *group, name string) providers.CreateRequest {
+// createRequest builds what the workers send to Create. image is the
+// resolved catalog image ("" for runtime install); it becomes the
+// prebake.dev/image label of the machine and of its Node.
+func (c *Core) createRequest(g *group, name, image string, kind providers.ImageKind) providers.CreateRequest {
 	shape := shapeOf(c.opts.Cluster, g, name, "", c.opts.Reserved, c.opts.GPULabel)
+	shape.Image, shape.ImageKind = image, kind
 	return providers.CreateRequest{
 		Name:         name,
 		Cluster:      c.opts.Cluster,
@@ -80,7 +95,8 @@ func (c *Core) createRequest(g *group, name string) providers.CreateRequest {
 		MachineType:  g.spec.MachineType,
 		Location:     g.spec.Zone,
 		ImageChannel: g.spec.ImageChannel,
-		ImageKind:    g.imageKind,
+		Image:        image,
+		ImageKind:    kind,
 		NodeLabels:   providers.NodeLabels(shape),
 		NodeTaints:   g.spec.Taints,
 		UserData:     g.spec.UserData,

@@ -59,10 +59,13 @@ type Config struct {
 	// allocatable of scale-from-zero templates.
 	KubeReserved Resources `yaml:"kubeReserved"`
 	// GPULabel is the label key put on nodes of machine types with GPUs.
-	GPULabel   string      `yaml:"gpuLabel"`
-	Workers    Workers     `yaml:"workers"`
-	Providers  Providers   `yaml:"providers"`
-	NodeGroups []NodeGroup `yaml:"nodeGroups"`
+	GPULabel  string    `yaml:"gpuLabel"`
+	Workers   Workers   `yaml:"workers"`
+	Providers Providers `yaml:"providers"`
+	// ImageCatalog is where groups' image channels resolve. The zero value
+	// means no catalog: every group installs at runtime.
+	ImageCatalog ImageCatalog `yaml:"imageCatalog"`
+	NodeGroups   []NodeGroup  `yaml:"nodeGroups"`
 
 	// source names the config in errors; lines maps a field path such as
 	// "nodeGroups[1].maxSize" to the line it was written on. Both are set
@@ -249,6 +252,19 @@ type Taint struct {
 type Image struct {
 	// Channel is an image catalog channel such as "stable".
 	Channel string `yaml:"channel"`
+	// OS and K8sMinor narrow the channel's key: "ubuntu-2404", "1.35".
+	// Empty matches any; a channel that then matches two images is an
+	// error at create time (the group installs at runtime and says why).
+	OS       string `yaml:"os"`
+	K8sMinor string `yaml:"k8sMinor"`
+}
+
+// ImageCatalog locates the image catalog document (`prebake images`
+// writes it). The core reloads it on every refresh.
+type ImageCatalog struct {
+	// File is the catalog YAML; a relative path is relative to the config
+	// file.
+	File string `yaml:"file"`
 }
 
 // Taints returns the group's taints as provider values, nil when it has

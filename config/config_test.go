@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -492,6 +494,10 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`test.yaml:13: node group "small": taints[1] repeats taints[0] (key "a", effect NoSchedule)`},
 		},
 		{name: "bad image channel", in: base + "    image: {channel: Stable!}\n", want: []string{`test.yaml:13: node group "small": image.channel "Stable!" is not a channel name`}},
+		{name: "bad image os", in: base + "    image: {channel: stable, os: Ubuntu 24.04}\n", want: []string{`test.yaml:13: node group "small": image.os "Ubuntu 24.04" is not an OS release; write it as the image names do, such as "ubuntu-2404"`}},
+		{name: "bad image k8sMinor", in: base + "    image: {channel: stable, k8sMinor: v1.35.4}\n", want: []string{`test.yaml:13: node group "small": image.k8sMinor "v1.35.4" is not a Kubernetes minor; write it as "1.35"`}},
+		{name: "image os without channel", in: base + "    image: {os: ubuntu-2404}\n", want: []string{`test.yaml:13: node group "small": image.os and image.k8sMinor narrow a channel; set image.channel too`}},
+		{name: "missing image catalog", in: base + "imageCatalog: {file: /nonexistent/catalog.yaml}\n", want: []string{`test.yaml:13: imageCatalog.file "/nonexistent/catalog.yaml" can't be read (no such file or directory)`}},
 		{
 			name: "missing userDataFile",
 			in:   base + "    userDataFile: /nonexistent/user-data\n",
@@ -676,6 +682,21 @@ func TestExamples(t *testing.T) {
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			t.Parallel()
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(data, []byte("\nkind: ImageCatalog\n")) {
+				// An image catalog that an example config points to.
+				c, _, err := imagecatalog.Unmarshal(path, data)
+				if err == nil {
+					err = c.Validate()
+				}
+				if err != nil {
+					t.Errorf("catalog %s:\n%v", path, err)
+				}
+				return
+			}
 			if _, err := Load(path); err != nil {
 				t.Errorf("Load(%s):\n%v", path, err)
 			}
@@ -715,6 +736,18 @@ func TestExamples(t *testing.T) {
 		}
 		if !stockout {
 			t.Error("no group is in a zone with capacity 0 (the failover demo)")
+		}
+
+		// The first group boots prebaked: its channel resolves in the
+		// example's catalog.
+		cat, _, err := imagecatalog.FileStore{Path: c.ImageCatalog.File}.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := imagecatalog.Query{Channel: g.Image.Channel, Key: imagecatalog.Key{
+			OS: imagecatalog.Any, K8sMinor: imagecatalog.Any, Arch: mt.Arch, Provider: g.Provider, Location: imagecatalog.Any}}
+		if _, err := imagecatalog.Resolve(cat, q); err != nil {
+			t.Errorf("first group's channel does not resolve in %s: %v", c.ImageCatalog.File, err)
 		}
 	})
 }

@@ -16,8 +16,8 @@ import (
 )
 
 // Load reads the config file at path, then decodes, defaults and validates
-// it like Parse. A relative userDataFile is taken relative to the config
-// file's directory and rewritten so that it opens from the working
+// it like Parse. A relative userDataFile or imageCatalog.file is taken
+// relative to the config file's directory and rewritten so that it opens from the working
 // directory.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -29,6 +29,9 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	dir := filepath.Dir(path)
+	if f := c.ImageCatalog.File; f != "" && !filepath.IsAbs(f) {
+		c.ImageCatalog.File = filepath.Join(dir, f)
+	}
 	for i := range c.NodeGroups {
 		if f := c.NodeGroups[i].UserDataFile; f != "" && !filepath.IsAbs(f) {
 			c.NodeGroups[i].UserDataFile = filepath.Join(dir, f)

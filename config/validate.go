@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -23,6 +24,11 @@ var (
 )
 
 // taintEffects are the effects a taint may have, as in core/v1.
+var (
+	osRelease = regexp.MustCompile(`^[a-z]+-[0-9a-z]+$`)
+	k8sMinor  = regexp.MustCompile(`^[1-9][0-9]*\.(0|[1-9][0-9]*)$`)
+)
+
 var taintEffects = []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}
 
 // prebakeLabels are set on every node by prebake (providers.NodeLabels);
@@ -125,6 +131,9 @@ func (v *validator) top() {
 		v.errorf("gpuLabel", "gpuLabel is empty; set a label key, or leave it out for the default %q", defaultGPULabel)
 	} else {
 		v.labelKey("gpuLabel", c.GPULabel)
+	}
+	if f := c.ImageCatalog.File; f != "" {
+		v.regularFile("imageCatalog.file", "imageCatalog.file", f)
 	}
 }
 
@@ -344,14 +353,29 @@ func (v *validator) nodeGroups() {
 		if g.Image.Channel != "" {
 			v.dnsLabel(p+".image.channel", g.Image.Channel, "a channel name (a DNS label such as \"stable\")")
 		}
-		if f := g.UserDataFile; f != "" {
-			switch st, err := os.Stat(f); {
-			case err != nil:
-				v.errorf(p+".userDataFile", "%s: userDataFile %q can't be read (%v); fix the path (a relative path is relative to the config file)", name, short(f), errors.Unwrap(err))
-			case !st.Mode().IsRegular():
-				v.errorf(p+".userDataFile", "%s: userDataFile %q is not a regular file", name, short(f))
-			}
+		if o := g.Image.OS; o != "" && !osRelease.MatchString(o) {
+			v.errorf(p+".image.os", "%s: image.os %q is not an OS release; write it as the image names do, such as \"ubuntu-2404\" or \"debian-12\"", name, short(o))
 		}
+		if m := g.Image.K8sMinor; m != "" && !k8sMinor.MatchString(m) {
+			v.errorf(p+".image.k8sMinor", "%s: image.k8sMinor %q is not a Kubernetes minor; write it as \"1.35\"", name, short(m))
+		}
+		if (g.Image.OS != "" || g.Image.K8sMinor != "") && g.Image.Channel == "" {
+			v.errorf(p+".image", "%s: image.os and image.k8sMinor narrow a channel; set image.channel too, or remove them", name)
+		}
+		if f := g.UserDataFile; f != "" {
+			v.regularFile(p+".userDataFile", name+": userDataFile", f)
+		}
+	}
+}
+
+// regularFile checks that the file at f exists and is a regular file; what
+// names it in the message.
+func (v *validator) regularFile(path, what, f string) {
+	switch st, err := os.Stat(f); {
+	case err != nil:
+		v.errorf(path, "%s %q can't be read (%v); fix the path (a relative path is relative to the config file)", what, short(f), errors.Unwrap(err))
+	case !st.Mode().IsRegular():
+		v.errorf(path, "%s %q is not a regular file", what, short(f))
 	}
 }
 

@@ -163,6 +163,7 @@ providers:
     # SIMULATED boot times, scaled down for the e2e suite.
     simulatedBoot: {prebaked: {{ms .BootPrebaked}}, runtimeInstall: {{ms .BootRuntimeInstall}}}
     capacity: {zone-b: 0}
+imageCatalog: {file: {{.Catalog}}}
 nodeGroups:
 {{- range .Groups}}
   - id: {{.ID}}
@@ -198,8 +199,12 @@ func (e *env) writeConfig(groups ...group) string {
 		e.t.Fatal(err)
 	}
 	defer f.Close()
+	catalog, err := filepath.Abs(filepath.Join("..", "examples", "kwok-catalog.yaml"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	err = configTemplate.Execute(f, map[string]any{
-		"Cluster": e.name, "Kubeconfig": suite.backend.Kubeconfig(), "LeaseNS": e.leaseNS,
+		"Catalog": catalog, "Cluster": e.name, "Kubeconfig": suite.backend.Kubeconfig(), "LeaseNS": e.leaseNS,
 		"BootPrebaked": bootPrebaked, "BootRuntimeInstall": bootRuntimeInstall, "Groups": groups,
 	})
 	if err != nil {

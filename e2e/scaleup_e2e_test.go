@@ -75,6 +75,9 @@ func (w wrongProviderIDs) Invoke(ctx context.Context, method string, args, reply
 }
 
 // scaleFromZero runs scenario a against group and returns why it failed.
+// kwokStableImage is what stable points to in examples/kwok-catalog.yaml.
+const kwokStableImage = "prebake-ubuntu-2404-k8s-1-35-4-amd64-20261201t1000"
+
 func (e *env) scaleFromZero(group string) error {
 	keys := e.createPods("p", 1, podSpec{CPU: "500m", Selector: map[string]string{providers.LabelGroup: group}})
 	if err := wait.Poll(e.ctx, 60*time.Second, 50*time.Millisecond, func(ctx context.Context) (bool, error) {
@@ -93,6 +96,11 @@ func (e *env) scaleFromZero(group string) error {
 	}
 	if node.Labels[providers.LabelGroup] != group {
 		return fmt.Errorf("pod runs on node %s of group %q, want %q", node.Name, node.Labels[providers.LabelGroup], group)
+	}
+	// The group's channel resolved through examples/kwok-catalog.yaml at
+	// IncreaseSize, and the Node records the image it booted.
+	if got := node.Labels[providers.LabelImage]; got != kwokStableImage {
+		return fmt.Errorf("node %s has %s=%q, want %q (the catalog's stable image)", node.Name, providers.LabelImage, got, kwokStableImage)
 	}
 	insts, err := e.listInstances(e.ctx, group)
 	if err != nil {

@@ -30,9 +30,12 @@ type NodeShape struct {
 	Region      string
 	// Labels are the group's own labels; they win over nothing: a user label
 	// can't override the standard or ownership labels.
-	Labels    map[string]string
-	Taints    []Taint
-	Reserved  Reserved
+	Labels   map[string]string
+	Taints   []Taint
+	Reserved Reserved
+	// Image is the catalog image id the node boots ("" for runtime
+	// install or a template); ImageKind says which path it takes.
+	Image     string
 	ImageKind ImageKind
 	// GPULabel is the label key that marks GPU nodes, set when GPUs > 0.
 	GPULabel string
@@ -62,6 +65,9 @@ func NodeLabels(s NodeShape) map[string]string {
 	l[LabelGroup] = s.Group
 	if s.ImageKind != "" {
 		l[LabelImageKind] = string(s.ImageKind)
+	}
+	if s.Image != "" {
+		l[LabelImage] = s.Image
 	}
 	if s.MachineType.GPUs > 0 && s.GPULabel != "" {
 		gpuType := s.MachineType.GPUType

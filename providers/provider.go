@@ -163,7 +163,11 @@ type CreateRequest struct {
 	Location    string
 	// ImageChannel is the catalog channel the group boots from ("" for none).
 	ImageChannel string
-	ImageKind    ImageKind
+	// Image is the catalog image id the core resolved the channel to at
+	// IncreaseSize; the machine boots it and carries it as LabelImage. ""
+	// means the provider's base image and the runtime-install path.
+	Image     string
+	ImageKind ImageKind
 	// NodeLabels and NodeTaints are what the Node must carry once
 	// registered, the standard labels included (see NodeLabels).
 	NodeLabels map[string]string

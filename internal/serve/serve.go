@@ -32,6 +32,7 @@ import (
 	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/externalgrpc"
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/internal/certs"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/hcloud"
@@ -104,6 +105,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if nodes != nil {
 		coreOpts.Nodes = nodes
+		coreOpts.Events = autoscaling.NewKubeEvents(built.kube, log)
+	}
+	if f := cfg.ImageCatalog.File; f != "" {
+		coreOpts.Catalog = fileCatalog{imagecatalog.FileStore{Path: f}}
 	}
 	core, err := autoscaling.New(ctx, coreOpts)
 	if err != nil {
@@ -353,7 +358,7 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 		spec := autoscaling.GroupSpec{
 			ID: g.ID, Provider: g.Provider, MinSize: g.MinSize, MaxSize: g.MaxSize,
 			MachineType: g.MachineType, Zone: g.Location, Region: g.Region,
-			Labels: g.Labels, Taints: g.Taints(), ImageChannel: g.Image.Channel,
+			Labels: g.Labels, Taints: g.Taints(), ImageChannel: g.Image.Channel, ImageOS: g.Image.OS, ImageK8sMinor: g.Image.K8sMinor,
 		}
 		if g.UserDataFile != "" {
 			b, err := os.ReadFile(g.UserDataFile)
@@ -365,4 +370,12 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 		out = append(out, spec)
 	}
 	return out, nil
+}
+
+// fileCatalog is the image catalog kept in a file (imageCatalog.file).
+type fileCatalog struct{ store imagecatalog.FileStore }
+
+func (f fileCatalog) LoadCatalog(context.Context) (imagecatalog.Catalog, error) {
+	c, _, err := f.store.Load()
+	return c, err
 }

@@ -30,6 +30,8 @@ type Provider struct {
 	// false, ids are assigned by Create like hcloud ("fake://<n>").
 	KnownIDs bool
 	Types    map[string]providers.MachineType
+	// BootsImages makes Images non-nil: the fake boots catalog images.
+	BootsImages bool
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -45,6 +47,7 @@ type Provider struct {
 	createDelay time.Duration
 	listErr     error
 	calls       map[string]int
+	requests    []providers.CreateRequest // every Create's request, in order
 }
 
 // New returns an empty fake cloud with one machine type, "m1" (2 CPU, 4 GiB).
@@ -172,6 +175,7 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	p.mu.Lock()
 	p.count("Create")
+	p.requests = append(p.requests, req)
 	gate, delay := p.createGate, p.createDelay
 	p.mu.Unlock()
 	if gate != nil {
@@ -220,7 +224,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	}
 	m := providers.Instance{
 		ProviderID: id, Name: req.Name, Group: req.Group, State: providers.StateCreating,
-		ImageKind: req.ImageKind, CreatedAt: time.Now(),
+		Image: req.Image, ImageKind: req.ImageKind, CreatedAt: time.Now(),
 	}
 	p.machines[id] = m
 	return m, nil
@@ -242,7 +246,27 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 	return mt, nil
 }
 
-func (p *Provider) Images() providers.ImageAPI { return nil }
+func (p *Provider) Images() providers.ImageAPI {
+	if p.BootsImages {
+		return p
+	}
+	return nil
+}
+
+// ImageKind implements providers.ImageAPI.
+func (p *Provider) ImageKind(channel string) providers.ImageKind {
+	if channel != "" {
+		return providers.ImagePrebaked
+	}
+	return providers.ImageRuntimeInstall
+}
+
+// CreateRequests returns a copy of every Create call's request, in order.
+func (p *Provider) CreateRequests() []providers.CreateRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.requests)
+}
 
 func (p *Provider) Classify(err error) providers.Classification {
 	switch {

@@ -2,9 +2,9 @@ package hcloud
 
 import (
 	"context"
-
 	"fmt"
 	"maps"
+	"strconv"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
@@ -78,10 +78,20 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		providers.LabelMachine:   req.Name,
 		providers.LabelImageKind: string(kind),
 	}
+	image := &hcloud.Image{Name: p.image}
+	if req.Image != "" {
+		// A catalog image: Hetzner snapshot ids are numeric and immutable.
+		id, err := strconv.ParseInt(req.Image, 10, 64)
+		if err != nil {
+			return providers.Instance{}, fmt.Errorf("hcloud: machine %q: image %q is not a Hetzner image id: %w", req.Name, req.Image, err)
+		}
+		image = &hcloud.Image{ID: id}
+		labels[providers.LabelImage] = req.Image
+	}
 	opts := hcloud.ServerCreateOpts{
 		Name:           req.Name,
 		ServerType:     &hcloud.ServerType{Name: req.MachineType},
-		Image:          &hcloud.Image{Name: p.image},
+		Image:          image,
 		Location:       &hcloud.Location{Name: req.Location},
 		UserData:       string(req.UserData),
 		Labels:         labels,

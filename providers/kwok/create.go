@@ -105,6 +105,7 @@ func (p *Provider) newRecord(req providers.CreateRequest) (record, error) {
 		ProviderID:  providerid.Format(req.Name),
 		Group:       req.Group,
 		ImageKind:   kind,
+		Image:       req.Image,
 		MachineType: req.MachineType,
 		Zone:        req.Location,
 		Region:      req.NodeLabels[providers.LabelRegion],

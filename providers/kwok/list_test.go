@@ -20,7 +20,7 @@ func testLease(name, cluster, group string, requested time.Time) *coordinationv1
 	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 		Name:      name,
 		Namespace: DefaultNamespace,
-		Labels:    ownerLabels(cluster, group, providers.ImagePrebaked, name),
+		Labels:    ownerLabels(cluster, group, providers.ImagePrebaked, "", name),
 		Annotations: map[string]string{
 			AnnotationProviderID:  "kwok://" + name,
 			annotationMachineType: "kwok-small",

@@ -31,10 +31,13 @@ const (
 
 // record is one machine as its Lease stores it.
 type record struct {
-	Name        string
-	ProviderID  string
-	Group       string
-	ImageKind   providers.ImageKind
+	Name       string
+	ProviderID string
+	Group      string
+	ImageKind  providers.ImageKind
+	// Image is the catalog image id the machine "boots" ("" for runtime
+	// install); it is the Lease's and the Node's prebake.dev/image label.
+	Image       string
 	MachineType string
 	Zone        string
 	Region      string
@@ -73,13 +76,13 @@ func (r record) lease(cluster, namespace string) (*coordinationv1.Lease, error) 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        r.Name,
 			Namespace:   namespace,
-			Labels:      ownerLabels(cluster, r.Group, r.ImageKind, r.Name),
+			Labels:      ownerLabels(cluster, r.Group, r.ImageKind, r.Image, r.Name),
 			Annotations: ann,
 		},
 	}, nil
 }
 
-func ownerLabels(cluster, group string, kind providers.ImageKind, name string) map[string]string {
+func ownerLabels(cluster, group string, kind providers.ImageKind, image, name string) map[string]string {
 	l := map[string]string{
 		providers.LabelCluster: cluster,
 		providers.LabelGroup:   group,
@@ -87,6 +90,9 @@ func ownerLabels(cluster, group string, kind providers.ImageKind, name string) m
 	}
 	if kind != "" {
 		l[providers.LabelImageKind] = string(kind)
+	}
+	if image != "" {
+		l[providers.LabelImage] = image
 	}
 	return l
 }
@@ -100,6 +106,7 @@ func recordFromLease(l *coordinationv1.Lease) (record, error) {
 		ProviderID:  a[AnnotationProviderID],
 		Group:       l.Labels[providers.LabelGroup],
 		ImageKind:   providers.ImageKind(l.Labels[providers.LabelImageKind]),
+		Image:       l.Labels[providers.LabelImage],
 		MachineType: a[annotationMachineType],
 		Zone:        a[annotationZone],
 		Region:      a[annotationRegion],
@@ -155,6 +162,7 @@ func (p *Provider) node(r record) (*corev1.Node, error) {
 		Taints:      taints,
 		Reserved:    p.reserved,
 		ImageKind:   r.ImageKind,
+		Image:       r.Image,
 		GPULabel:    p.gpuLabel,
 	})
 	n.Annotations = map[string]string{
@@ -174,6 +182,7 @@ func instanceFromLease(l *coordinationv1.Lease) providers.Instance {
 		Group:      l.Labels[providers.LabelGroup],
 		State:      providers.StateCreating,
 		ImageKind:  providers.ImageKind(l.Labels[providers.LabelImageKind]),
+		Image:      l.Labels[providers.LabelImage],
 		CreatedAt:  l.CreationTimestamp.Time,
 	}
 	if inst.ProviderID == "" {
@@ -196,6 +205,7 @@ func instanceFromNode(n *corev1.Node) providers.Instance {
 		Group:      n.Labels[providers.LabelGroup],
 		State:      providers.StateRunning,
 		ImageKind:  providers.ImageKind(n.Labels[providers.LabelImageKind]),
+		Image:      n.Labels[providers.LabelImage],
 		CreatedAt:  n.CreationTimestamp.Time,
 	}
 	if n.DeletionTimestamp != nil {

@@ -1,0 +1,62 @@
+package autoscaling
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Event reasons prebake writes. Stable: alerts and dashboards match them.
+const ReasonImageFallback = "RuntimeInstallFallback"
+
+// eventComponent is the source component of prebake's Events.
+const eventComponent = "prebake"
+
+// KubeEvents writes core/v1 Events about the machines' Nodes, in the
+// "default" namespace like every Event about a cluster-scoped object. The
+// Node may not exist yet when the Event is written; kubectl describe node
+// shows it once it does.
+type KubeEvents struct {
+	client kubernetes.Interface
+	log    *slog.Logger
+	now    func() time.Time
+}
+
+// NewKubeEvents returns an EventSink that writes through client.
+func NewKubeEvents(client kubernetes.Interface, log *slog.Logger) *KubeEvents {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &KubeEvents{client: client, log: log, now: time.Now}
+}
+
+// ImageFallback implements EventSink. A failed write is logged, never
+// retried: the metric already counted the fallback.
+func (k *KubeEvents) ImageFallback(ctx context.Context, f Fallback) {
+	now := metav1.NewTime(k.now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: f.Machine + ".",
+			Namespace:    metav1.NamespaceDefault,
+		},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: f.Machine},
+		Reason:         ReasonImageFallback,
+		Message: fmt.Sprintf("node group %q: channel %q gave no image (%s), so this node installs its components at boot: %s",
+			f.Group, f.Channel, f.Reason, f.Message),
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: eventComponent},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := k.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		k.log.Warn("event not written", "reason", ReasonImageFallback, "group", f.Group, "instance", f.Machine, "err", err)
+	}
+}
