@@ -9,10 +9,12 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +31,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/mesh"
 )
 
@@ -128,6 +131,19 @@ func startClusters(t *testing.T, ctx context.Context, n int) *env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+func buildPrebake(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	mod, err := serveproc.ModuleDir(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := serveproc.Build(ctx, mod, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 func newCA(t *testing.T, cn string) []byte {
@@ -255,6 +271,22 @@ func must(t *testing.T) func(map[string][]string, error) map[string][]string {
 	}
 }
 
+// clustersFile writes a clusters file of the clusters c<id> and returns its path. Ids are
+// explicit, as they are fixed at install time.
+func clustersFile(t *testing.T, ids ...int) string {
+	t.Helper()
+	var file strings.Builder
+	file.WriteString("apiVersion: prebake.dev/v1alpha1\nkind: ClusterMesh\nclusters:\n")
+	for _, i := range ids {
+		fmt.Fprintf(&file, "  - name: c%d\n    id: %d\n    context: c%d\n    clustermeshAPIServer: 127.0.0.%d:32379\n    podCIDRs: [10.%d.0.0/16]\n", i, i, i, i, i)
+	}
+	path := filepath.Join(t.TempDir(), "clusters.yaml")
+	if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestMeshCiliumBackend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -276,16 +308,11 @@ func TestMeshCiliumBackend(t *testing.T) {
 	}
 
 	// The clusters file, loaded and validated as `prebake mesh apply --clusters` does.
-	var file strings.Builder
-	file.WriteString("apiVersion: prebake.dev/v1alpha1\nkind: ClusterMesh\nclusters:\n")
-	for i := 1; i <= clusterCount; i++ {
-		fmt.Fprintf(&file, "  - name: c%d\n    context: c%d\n    clustermeshAPIServer: 127.0.0.%d:32379\n    podCIDRs: [10.%d.0.0/16]\n", i, i, i, i)
+	all := make([]int, clusterCount)
+	for i := range all {
+		all[i] = i + 1
 	}
-	path := filepath.Join(t.TempDir(), "clusters.yaml")
-	if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clusters, err := mesh.LoadFile(path)
+	clusters, err := mesh.LoadFile(clustersFile(t, all...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,6 +431,31 @@ func TestMeshCiliumBackend(t *testing.T) {
 	}
 	if res.Succeeded != 0 || len(ch) != 0 {
 		t.Errorf("refused step wrote: %d succeeded, changed %v", res.Succeeded, ch)
+	}
+
+	// The CLI reads the same state: `prebake mesh status` of the remaining five lists
+	// exactly their peers, and `prebake mesh apply --dry-run` adding c7 is refused.
+	bin := buildPrebake(t, ctx)
+	remaining := clustersFile(t, 1, 2, 4, 5, 6)
+	out, err := exec.CommandContext(ctx, bin, "mesh", "status", "--clusters", remaining, "--kubeconfig", e.kubeconfig, "-o", "json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("prebake mesh status: %v\n%s", err, out)
+	}
+	var statuses []mesh.ClusterStatus
+	if err := json.Unmarshal(out, &statuses); err != nil {
+		t.Fatalf("prebake mesh status -o json: %v\n%s", err, out)
+	}
+	var wantStatuses []mesh.ClusterStatus
+	for _, c := range members {
+		wantStatuses = append(wantStatuses, mesh.ClusterStatus{Cluster: c, Configured: slices.DeleteFunc(slices.Clone(members), func(p string) bool { return p == c })})
+	}
+	if diff := cmp.Diff(wantStatuses, statuses); diff != "" {
+		t.Errorf("prebake mesh status -o json (-want +got):\n%s", diff)
+	}
+	out, err = exec.CommandContext(ctx, bin, "mesh", "apply", "--backend", "cilium", "--dry-run",
+		"--clusters", clustersFile(t, 1, 2, 4, 5, 6, 7), "--kubeconfig", e.kubeconfig).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing to write: the clusters do not share a Cluster Mesh CA") {
+		t.Errorf("prebake mesh apply --dry-run adding c7: %v, want a refusal:\n%s", err, out)
 	}
 
 	var sum strings.Builder
