@@ -31,7 +31,7 @@ unit: ## fast loop: go test -race on every package (no e2e)
 e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached), and the deploy/ server-side dry-runs
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/...
 
-test: check-generate vet unit e2e ## what CI runs: generated code check, vet, unit, e2e
+test: check-generate vet unit ciliumcompat e2e ## what CI runs: generated code check, vet, unit, the Cilium cross-check, e2e
 
 demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
 	$(GO) run ./e2e/demo
