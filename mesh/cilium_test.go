@@ -8,17 +8,21 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestRenderObjects(t *testing.T) {
@@ -341,5 +345,47 @@ func TestCiliumBackendRefuses(t *testing.T) {
 				t.Errorf("refused run wrote %v (%d succeeded), want nothing", w, res.Succeeded)
 			}
 		})
+	}
+}
+
+func TestCiliumBackendResumes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFakeMesh(t, 4, testCA(t, "shared"))
+	// c3's API server refuses writes to cilium-clustermesh, after its other objects were
+	// written: a half-written cluster.
+	var failing atomic.Bool
+	failing.Store(true)
+	f.clients["c3"].PrependReactor("patch", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() && a.(k8stesting.PatchAction).GetName() == SecretClusterMesh {
+			return true, nil, errors.New("etcdserver: request timed out")
+		}
+		return false, nil, nil
+	})
+	b := f.backend(t, CiliumOptions{KVStoreMesh: true})
+	e := &Executor{Attempts: 2, Backoff: func(int) time.Duration { return 0 }}
+	members := []string{"c1", "c2", "c3", "c4"}
+	res, err := e.Declarative(ctx, b, members, FullMesh(members...))
+	if err == nil || len(res.Failures) != 1 || res.Failures[0].Op != "set-peers c3" || res.Succeeded != 3 {
+		t.Fatalf("first run: %d succeeded, failures %+v, err %v; want c3 to fail and the rest to succeed", res.Succeeded, res.Failures, err)
+	}
+	if !strings.Contains(err.Error(), `cluster "c3": apply Secret kube-system/cilium-clustermesh: etcdserver: request timed out`) {
+		t.Errorf("error does not name the cluster and object: %v", err)
+	}
+	// Half-written c3 lists no peer as configured, so the re-run writes c3 and only c3.
+	failing.Store(false)
+	f.clearActions()
+	res, err = e.Declarative(ctx, b, members, FullMesh(members...))
+	if err != nil || res.Ops != 1 {
+		t.Fatalf("re-run: %d ops, err %v; want 1 (c3)", res.Ops, err)
+	}
+	if w := f.writes(); len(w) != 1 || w["c3"] == 0 {
+		t.Errorf("re-run wrote %v, want c3 only", w)
+	}
+	got := Status(members, FullMesh(members...), must(b.Peers(ctx)))
+	for _, s := range got {
+		if !s.OK() {
+			t.Errorf("after the re-run %s: missing %v, extra %v", s.Cluster, s.Missing, s.Extra)
+		}
 	}
 }
