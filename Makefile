@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X github.com/prebake-dev/prebake/internal/version.Version=$(VE
 UNIT_TIMEOUT ?= 5m
 E2E_TIMEOUT ?= 50m
 
-.PHONY: all build unit vet test e2e demo bench bench-hcloud bench-mesh generate check-generate fuzz clean help
+.PHONY: all build unit vet test e2e demo bench bench-hcloud bench-mesh ciliumcompat generate check-generate fuzz clean help
 
 all: build
 
@@ -31,7 +31,7 @@ unit: ## fast loop: go test -race on every package (no e2e)
 e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached), and the deploy/ server-side dry-runs
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/...
 
-test: check-generate vet unit e2e ## what CI runs: generated code check, vet, unit, e2e
+test: check-generate vet unit ciliumcompat e2e ## what CI runs: generated code check, vet, unit, the Cilium cross-check, e2e
 
 demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
 	$(GO) run ./e2e/demo
@@ -45,6 +45,10 @@ bench-hcloud: ## Hetzner API requests per simulated hour, 1000 servers in 20 gro
 bench-mesh: ## mesh join table: sequential vs round-scheduled vs declarative (simulated, 15 s/op modelled)
 	$(GO) run ./mesh/cmd/bench
 	$(GO) test -run '^$$' -bench 'BenchmarkPlan' -benchmem ./mesh/
+
+# A separate test-only module, so that prebake's own module never depends on Cilium.
+ciliumcompat: ## cross-check mesh's cluster name/id rules against Cilium v1.20.2 pkg/clustermesh/types
+	cd mesh/ciliumcompat && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 bin/protoc-gen-go bin/protoc-gen-go-grpc: go.mod
 	$(GO) build -o bin/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc

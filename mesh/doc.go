@@ -5,7 +5,10 @@
 //     name, id, maxConnectedClusters and pod CIDR rules without importing Cilium;
 //   - the round scheduler (Plan), a pure function from the current and the wanted
 //     connection graphs to rounds of disjoint pairs;
-//   - the executor (Executor), which runs a schedule against a Backend.
+//   - the executor (Executor), which runs a schedule against a Backend;
+//   - the backends: Cilium (server-side apply of the objects Cilium reads with
+//     clustermesh.config.enabled=false, through client-go), Command (a command per
+//     pair), HelmValues (a values file per cluster) and Simulated (benchmarks).
 //
 // Invariants:
 //   - Plan is deterministic: the same graphs give the same schedule, byte for byte.
@@ -13,6 +16,12 @@
 //     twice in a round. The executor runs one round at a time, so no cluster ever
 //     takes part in two operations at once (two Helm upgrades of one release conflict,
 //     see shared/spec/mesh.md §1.2).
+//   - Every backend observes what is configured (the clusters' objects, the files, the
+//     command journal), and the executor plans from that, so a re-run resumes and a
+//     re-run of a finished apply writes nothing.
+//   - Declarative runs write only the clusters that stay in the mesh; a Preflighter
+//     backend refuses a run that cannot succeed before its first write.
 //
-// mesh is a leaf package: it imports no other prebake package.
+// mesh is a leaf package: it imports no other prebake package, and no Cilium package
+// (mesh/ciliumcompat cross-checks the rules against Cilium in a separate module).
 package mesh

@@ -65,3 +65,11 @@ func (d *DryRun) SetPeers(ctx context.Context, cluster string, peers []string) e
 	_, err := fmt.Fprintf(d.Out, "dry-run: would set %s peers to [%s]\n", cluster, strings.Join(peers, " "))
 	return err
 }
+
+// Preflight runs the wrapped backend's checks, if it has any: a dry run shows a refusal.
+func (d *DryRun) Preflight(ctx context.Context, writes map[string][]string) error {
+	if p, ok := d.Backend.(Preflighter); ok {
+		return p.Preflight(ctx, writes)
+	}
+	return nil
+}

@@ -35,6 +35,14 @@ type DeclarativeBackend interface {
 	SetPeers(ctx context.Context, cluster string, peers []string) error
 }
 
+// Preflighter is a DeclarativeBackend that checks a run's writes before any is made,
+// so a run that cannot succeed (a CA not shared, an object over the size limit)
+// writes nothing instead of failing half-way.
+type Preflighter interface {
+	// Preflight gets the peer list each written cluster will get.
+	Preflight(ctx context.Context, writes map[string][]string) error
+}
+
 // Executor runs schedules against a backend: one round at a time, at most Parallel
 // operations at once, each retried with exponential backoff. A failed operation does
 // not stop its round or the next ones; Run reports it at the end. Because Run plans
@@ -127,6 +135,15 @@ func (e *Executor) Declarative(ctx context.Context, b DeclarativeBackend, member
 	}
 	var rounds [][]job
 	s := Schedule{Rounds: [][]Op{}, Method: MethodDeclarative}
+	if p, ok := b.(Preflighter); ok && len(round) > 0 {
+		writes := make(map[string][]string, len(round))
+		for _, j := range round {
+			writes[j.clusters[0]] = want[j.clusters[0]]
+		}
+		if err := p.Preflight(ctx, writes); err != nil {
+			return Result{Schedule: s, Duration: time.Since(start)}, fmt.Errorf("refusing to write: %w", err)
+		}
+	}
 	if len(round) > 0 {
 		rounds = append(rounds, round)
 		s.RoundCount, s.PairCount, s.LowerBound = 1, len(round), 1

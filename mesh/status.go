@@ -10,10 +10,10 @@ import (
 
 // ClusterStatus compares one cluster's configured peers with the wanted ones.
 type ClusterStatus struct {
-	Cluster    string
-	Configured []string // peers the cluster is configured with
-	Missing    []string // wanted but not configured
-	Extra      []string // configured but not wanted
+	Cluster    string   `json:"cluster"`
+	Configured []string `json:"configured"`        // peers the cluster is configured with
+	Missing    []string `json:"missing,omitempty"` // wanted but not configured
+	Extra      []string `json:"extra,omitempty"`   // configured but not wanted (unexpected)
 }
 
 // OK reports whether the cluster is configured exactly as wanted.

@@ -171,14 +171,14 @@ func TestMeshApply(t *testing.T) {
 			t.Errorf("b.yaml lacks %q:\n%s", want, got)
 		}
 	}
-	out, err = runMesh(t, "status", "--clusters", file, "--out", values)
+	out, err = runMesh(t, "status", "--clusters", file, "--backend", "helm-values", "--out", values)
 	if err != nil || !strings.Contains(out, "all 3 clusters list exactly their peers") {
 		t.Errorf("status: %v\n%s", err, out)
 	}
 	if err := os.Remove(filepath.Join(values, "c.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	out, err = runMesh(t, "status", "--clusters", file, "--out", values)
+	out, err = runMesh(t, "status", "--clusters", file, "--backend", "helm-values", "--out", values)
 	if err != nil || !strings.Contains(out, "c        0           a,b      -") || !strings.Contains(out, "1 of 3 clusters need a write") {
 		t.Errorf("status after removing c.yaml: %v\n%s", err, out)
 	}
@@ -213,7 +213,10 @@ func TestMeshApplyErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"apply", "--generate", "3"}, `required flag(s) "backend" not set`},
-		{[]string{"apply", "--generate", "3", "--backend", "cilium"}, "--backend cilium is not implemented yet"},
+		{[]string{"apply", "--generate", "3", "--backend", "cilium"}, "--backend cilium needs --clusters"},
+		{[]string{"apply", "--generate", "3", "--backend", "command"}, "--backend command needs --command"},
+		{[]string{"apply", "--generate", "3", "--backend", "command", "--command", "true", "--mode", "declarative"}, "use --mode pairwise"},
+		{[]string{"apply", "--generate", "3", "--backend", "nope"}, "want cilium, command, helm-values or simulated"},
 		{[]string{"apply", "--generate", "3", "--backend", "helm-values"}, "--backend helm-values needs --clusters"},
 		{[]string{"apply", "--generate", "3", "--backend", "simulated", "--mode", "x"}, `--mode "x"`},
 	}
@@ -224,5 +227,62 @@ func TestMeshApplyErrors(t *testing.T) {
 				t.Errorf("error %v, want it to contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestMeshApplyCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	script := filepath.Join(dir, "connect.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$1 $2\" >> "+calls+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"apply", "--generate", "4", "--backend", "command", "--command", script + " {a} {b}",
+		"--journal", filepath.Join(dir, "journal"), "--log-dir", filepath.Join(dir, "logs")}
+	out, err := runMesh(t, append(args, "--dry-run")...)
+	if err != nil || !strings.Contains(out, "dry-run: the first command would be: [\""+script+"\" \"c1\" \"c4\"]") {
+		t.Errorf("dry run: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(calls); !os.IsNotExist(err) {
+		t.Errorf("dry run ran the command: %v", err)
+	}
+	if out, err = runMesh(t, args...); err != nil || !strings.Contains(out, "circle  3/3     6           6") {
+		t.Errorf("apply: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(got), "\n"); n != 6 {
+		t.Errorf("%d commands ran, want 6:\n%s", n, got)
+	}
+	// The journal says all is done: a re-run runs nothing.
+	if out, err = runMesh(t, args...); err != nil || !strings.Contains(out, "none    0/0     0 ") {
+		t.Errorf("re-run: %v\n%s", err, out)
+	}
+}
+
+func TestMeshStatusJSON(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "clusters.yaml")
+	if err := os.WriteFile(file, []byte("clusters:\n  - name: a\n    clustermeshAPIServer: 10.0.0.1:1\n  - name: b\n    clustermeshAPIServer: 10.0.0.2:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(dir, "values")
+	if out, err := runMesh(t, "apply", "--clusters", file, "--backend", "helm-values", "--out", values); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	if err := os.Remove(filepath.Join(values, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runMesh(t, "status", "--clusters", file, "--backend", "helm-values", "--out", values, "-o", "json")
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	want := `[{"cluster":"a","configured":["b"]},{"cluster":"b","configured":[],"missing":["a"]}]` + "\n"
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("status -o json (-want +got):\n%s", diff)
 	}
 }

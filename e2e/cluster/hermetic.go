@@ -53,6 +53,18 @@ type HermeticOptions struct {
 	Dir string
 	// Out receives progress lines; nil discards them.
 	Out io.Writer
+
+	// EtcdServers, when set, is the etcd kube-apiserver stores into (for example
+	// Etcd.URL), and no etcd is started: several API servers share one etcd, each under
+	// its own EtcdPrefix, which makes them separate clusters at the cost of one etcd.
+	EtcdServers string
+	// EtcdPrefix is kube-apiserver's --etcd-prefix; empty means its default, /registry.
+	EtcdPrefix string
+	// APIServerOnly starts no kube-controller-manager, kube-scheduler or kwok, and Start
+	// returns once kube-apiserver is ready: enough for clients that only store objects
+	// (Secrets, ConfigMaps), at a fraction of the CPU and memory. There is no default
+	// ServiceAccount then, and no pod ever runs.
+	APIServerOnly bool
 }
 
 // Hermetic is a control plane of local processes (etcd, kube-apiserver,
@@ -188,48 +200,37 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		return p, nil
 	}
 
-	// etcd
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(pt.etcdClient)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(pt.etcdPeer)
-	etcd, err := start(compEtcd, bins.Etcd, withoutEtcdEnv(env),
-		"--name=hermetic",
-		"--data-dir="+filepath.Join(dirs["data"], "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=hermetic="+peerURL,
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	)
-	if err != nil {
-		return err
+	// etcd, unless the API server uses one that runs elsewhere.
+	etcdURL := h.opts.EtcdServers
+	if etcdURL == "" {
+		etcdURL = "http://127.0.0.1:" + strconv.Itoa(pt.etcdClient)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(pt.etcdPeer)
+		etcd, err := start(compEtcd, bins.Etcd, withoutEtcdEnv(env), etcdArgs(filepath.Join(dirs["data"], "etcd"), etcdURL, peerURL)...)
+		if err != nil {
+			return err
+		}
+		if err := waitEtcd(ctx, etcd, etcdURL); err != nil {
+			return err
+		}
+		logf("etcd healthy")
 	}
-	plain := &http.Client{}
-	defer plain.CloseIdleConnections()
-	if err := waitFor(ctx, "etcd /health", etcdTimeout, etcd, func(ctx context.Context) error {
-		return getOK(ctx, plain, etcdURL+"/health", `"health":"true"`)
-	}); err != nil {
-		return err
-	}
-	logf("etcd healthy")
 
 	// kube-apiserver
-	apiserver, err := start(compAPIServer, bins.KubeAPIServer, env,
-		"--etcd-servers="+etcdURL,
+	apiserverArgs := []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(pt.apiserver),
-		"--cert-dir="+filepath.Join(dirs["run"], "apiserver-certs"),
-		"--tls-cert-file="+pk.ServingCert,
-		"--tls-private-key-file="+pk.ServingKey,
-		"--client-ca-file="+pk.CACert,
+		"--secure-port=" + strconv.Itoa(pt.apiserver),
+		"--cert-dir=" + filepath.Join(dirs["run"], "apiserver-certs"),
+		"--tls-cert-file=" + pk.ServingCert,
+		"--tls-private-key-file=" + pk.ServingKey,
+		"--client-ca-file=" + pk.CACert,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+pk.SAPub,
-		"--service-account-signing-key-file="+pk.SAKey,
+		"--service-account-key-file=" + pk.SAPub,
+		"--service-account-signing-key-file=" + pk.SAKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=RBAC",
-		"--requestheader-client-ca-file="+pk.CACert,
+		"--requestheader-client-ca-file=" + pk.CACert,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
@@ -238,7 +239,11 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		// complain forever about the kubernetes Service.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	)
+	}
+	if h.opts.EtcdPrefix != "" {
+		apiserverArgs = append(apiserverArgs, "--etcd-prefix="+h.opts.EtcdPrefix)
+	}
+	apiserver, err := start(compAPIServer, bins.KubeAPIServer, env, apiserverArgs...)
 	if err != nil {
 		return err
 	}
@@ -253,6 +258,10 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		return err
 	}
 	logf("kube-apiserver ready")
+	if h.opts.APIServerOnly {
+		logf("cluster ready (kube-apiserver only): KUBECONFIG=%s", kubeconfig)
+		return nil
+	}
 
 	// The rest only need the apiserver; start them together and wait for each.
 	kcm, err := start(compKCM, bins.KubeControllerManager, env,
@@ -290,6 +299,8 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	plain := &http.Client{}
+	defer plain.CloseIdleConnections()
 	// KCM and the scheduler serve /healthz on a self-signed certificate made at their start.
 	selfSigned := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	defer selfSigned.CloseIdleConnections()
@@ -322,6 +333,144 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		return err
 	}
 	logf("cluster ready: KUBECONFIG=%s", kubeconfig)
+	return nil
+}
+
+// etcdArgs are the flags of a single-member etcd on loopback, for tests: no fsync.
+func etcdArgs(dataDir, clientURL, peerURL string) []string {
+	return []string{
+		"--name=hermetic",
+		"--data-dir=" + dataDir,
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=hermetic=" + peerURL,
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}
+}
+
+func waitEtcd(ctx context.Context, p *process, url string) error {
+	plain := &http.Client{}
+	defer plain.CloseIdleConnections()
+	return waitFor(ctx, "etcd /health", etcdTimeout, p, func(ctx context.Context) error {
+		return getOK(ctx, plain, url+"/health", `"health":"true"`)
+	})
+}
+
+// EtcdOptions configures an Etcd.
+type EtcdOptions struct {
+	// Binaries holds the etcd binary, usually from Build.
+	Binaries Binaries
+	// Dir is the work directory: data/, logs/ and pids/ live there.
+	Dir string
+	// Out receives progress lines; nil discards them.
+	Out io.Writer
+}
+
+// Etcd is a single etcd process on loopback, for several Hermetic API servers to share
+// (HermeticOptions.EtcdServers, each with its own EtcdPrefix).
+type Etcd struct {
+	opts EtcdOptions
+	dir  string // absolute opts.Dir
+
+	mu   sync.Mutex // guards the fields below.
+	sp   *spawn.Spawner
+	proc *process
+	url  string
+}
+
+// NewEtcd returns a stopped etcd; call Start.
+func NewEtcd(opts EtcdOptions) (*Etcd, error) {
+	dir, err := absDir("EtcdOptions.Dir", opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	return &Etcd{opts: opts, dir: dir}, nil
+}
+
+// URL is the client URL, valid after Start.
+func (e *Etcd) URL() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.url
+}
+
+// Start reaps an etcd left in Dir by an earlier run, starts a fresh one (empty data) and
+// waits until it is healthy.
+func (e *Etcd) Start(ctx context.Context) (err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc != nil {
+		return errors.New("etcd: already started; call Stop first")
+	}
+	if err := checkExecutable(e.opts.Binaries.Etcd); err != nil {
+		return fmt.Errorf("etcd binary: %w (run cluster.Build to make it)", err)
+	}
+	if err := ReapStale(e.dir); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	data := filepath.Join(e.dir, "data")
+	if err := os.RemoveAll(data); err != nil {
+		return fmt.Errorf("etcd: clean %s: %w", data, err)
+	}
+	for _, d := range []string{data, filepath.Join(e.dir, "logs"), filepath.Join(e.dir, "pids")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("etcd: create %s: %w", d, err)
+		}
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	e.sp = spawn.New()
+	defer func() {
+		if err != nil {
+			tail, _ := tailFile(filepath.Join(e.dir, "logs", compEtcd+".log"), 40)
+			_ = e.stopLocked()
+			err = fmt.Errorf("etcd: start failed: %w\n%s", err, tail)
+		}
+	}()
+	e.proc, err = startProcess(e.sp, compEtcd, e.opts.Binaries.Etcd, etcdArgs(filepath.Join(data, "etcd"), url, peerURL),
+		withoutEtcdEnv(os.Environ()), filepath.Join(e.dir, "logs"), filepath.Join(e.dir, "pids"))
+	if err != nil {
+		return err
+	}
+	if err := waitEtcd(ctx, e.proc, url); err != nil {
+		return err
+	}
+	e.url = url
+	fmt.Fprintf(e.opts.Out, "etcd: healthy at %s\n", url)
+	return nil
+}
+
+// Stop stops etcd (SIGTERM, SIGKILL after 10 s). Stopping a stopped etcd is a no-op.
+func (e *Etcd) Stop(context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopLocked()
+}
+
+func (e *Etcd) stopLocked() error {
+	var err error
+	if e.proc != nil {
+		err = e.proc.stop()
+		e.proc = nil
+	}
+	if e.sp != nil {
+		e.sp.Close()
+		e.sp = nil
+	}
+	e.url = ""
+	if err != nil {
+		return fmt.Errorf("etcd: stop: %w", err)
+	}
 	return nil
 }
 
