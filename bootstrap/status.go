@@ -67,3 +67,12 @@ type Manifest struct {
 	Modules                    []string          `json:"modules,omitempty"`
 	UnattendedUpgradesDisabled bool              `json:"unattendedUpgradesDisabled"`
 }
+
+// ParseManifest decodes an image manifest file.
+func ParseManifest(data []byte) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Manifest{}, fmt.Errorf("image manifest %s: %w", ManifestPath, err)
+	}
+	return m, nil
+}

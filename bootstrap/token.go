@@ -189,4 +189,3 @@ func (ts Tokens) CleanupExpired(ctx context.Context) (int, error) {
 	}
 	return deleted, nil
 }
-
