@@ -28,6 +28,7 @@ TODO=""
 APT_ARGS=""
 APT_PKGS=""
 CHANGED=""
+CHANGED_FILES=""
 P_RESULT=ok
 P_DETAIL=""
 P_START=0
@@ -90,6 +91,7 @@ run_phase() {
 	P_START=$(now_ms)
 	P_RESULT=ok
 	P_DETAIL=""
+	CHANGED_FILES=""
 	"$2"
 	end_phase "$P_RESULT"
 	write_status
@@ -120,7 +122,8 @@ put_file() {
 	printf '%s' "$4" >"$1.prebake-tmp"
 	chmod "$2" "$1.prebake-tmp"
 	mv -f "$1.prebake-tmp" "$1"
-	CHANGED="$CHANGED $3"
+	if [ "$3" != none ]; then CHANGED="$CHANGED $3"; fi
+	CHANGED_FILES="$CHANGED_FILES $1"
 }
 
 changed() {
@@ -156,8 +159,9 @@ phase_manifest() {
 plan_component() { # kind name version package url sha256 path
 	case "$1" in
 	apt)
-		have=$(dpkg-query -W -f='${Status} ${Version}' "$4" 2>/dev/null || true)
-		if [ "$have" = "install ok installed $3" ]; then
+		# db:Status-Status is "installed" whether or not the package is held.
+		have=$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$4" 2>/dev/null || true)
+		if [ "$have" = "installed $3" ]; then
 			PRESENT="$PRESENT $2"
 			return 0
 		fi
@@ -294,15 +298,17 @@ phase_configure() {
 		host systemctl daemon-reload || fail "systemctl daemon-reload failed"
 		host systemctl enable kubelet || fail "systemctl enable kubelet failed"
 	fi
-	P_DETAIL="changed:${CHANGED:- nothing}"
+	P_DETAIL="changed:${CHANGED_FILES:- nothing}"
 	CHANGED=""
+	CHANGED_FILES=""
 }
 
 # --- phase 5: kubeadm join configuration, with the providerID for the kubelet ---------------
 phase_kubelet() {
 	prebake_kubelet_files
-	P_DETAIL="changed:${CHANGED:- nothing}"
+	P_DETAIL="changed:${CHANGED_FILES:- nothing}"
 	CHANGED=""
+	CHANGED_FILES=""
 }
 
 # --- phase 6: join ---------------------------------------------------------------------------
