@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"time"
@@ -85,6 +86,9 @@ func BuildNodeBinaries(ctx context.Context, opts BuildOptions) (NodeBinaries, er
 	}
 	if err := os.Remove(stamp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return NodeBinaries{}, fmt.Errorf("build node binaries: %w", err)
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		return NodeBinaries{}, fmt.Errorf("%w: the go command is not on PATH; install Go to build kubelet and kubeadm", ErrBackendUnavailable)
 	}
 	buildLog, err := os.Create(b.logPath())
 	if err != nil {
