@@ -80,7 +80,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-
 // TestDpkgLockBound holds the dpkg lock while the script wants to install: held past the
 // bound it fails with an error naming the lock and the bound; released within the bound the
 // script waits and installs.
