@@ -274,9 +274,18 @@ phase_install() {
 		if [ "$stale" = true ]; then
 			apt-get -q -o DPkg::Lock::Timeout="$LOCK_LEFT" update || fail "apt-get update failed (see its output above); check the node's apt sources and network"
 		fi
+		# apt waits for a dpkg lock held the way apt and dpkg hold it (fcntl), for the rest of
+		# the bound. Its output goes through a log so a lock timeout gets the same clear error.
+		apt_log=/var/log/prebake-apt-install.log
 		# shellcheck disable=SC2086 # word splitting is wanted: one argument per package
-		apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout="$LOCK_LEFT" $APT_ARGS ||
-			fail "apt-get install$APT_ARGS failed (see its output above); a held dpkg lock is waited for up to ${PREBAKE_LOCK_WAIT}s (dpkgLockWait)"
+		if ! apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout="$LOCK_LEFT" $APT_ARGS >"$apt_log" 2>&1; then
+			cat "$apt_log" >&2
+			if held=$(grep -m1 'Could not get lock' "$apt_log"); then
+				fail "the dpkg lock $DPKG_LOCK was still held after ${PREBAKE_LOCK_WAIT}s (the dpkgLockWait bound): apt says: $held; wait for that process, or raise dpkgLockWait"
+			fi
+			fail "apt-get install$APT_ARGS failed (see its output above)"
+		fi
+		cat "$apt_log"
 		# shellcheck disable=SC2086
 		apt-mark hold $APT_PKGS >/dev/null || fail "apt-mark hold$APT_PKGS failed"
 		P_DETAIL="dpkg lock waited ${LOCK_WAITED_MS}ms"
