@@ -3,6 +3,7 @@
 package bootstrap_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -165,6 +166,20 @@ func runScript(t testing.TB, root string, in bootstrap.Input) (bootstrap.Status,
 	return readStatus(t, root, out, err), out, err
 }
 
+// runScriptStdin pipes the standalone script to `sh -s`, the way providers/static runs it
+// over SSH.
+func runScriptStdin(t testing.TB, root string, in bootstrap.Input) (bootstrap.Status, []byte, error) {
+	t.Helper()
+	ud, err := bootstrap.Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := chrootCmd(root, nil, "sh", "-s")
+	cmd.Stdin = bytes.NewReader(ud.Script)
+	out, err := cmd.CombinedOutput()
+	return readStatus(t, root, out, err), out, err
+}
+
 func writeScript(t testing.TB, root string, in bootstrap.Input) {
 	t.Helper()
 	ud, err := bootstrap.Render(in)
@@ -270,9 +285,10 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 		t.Errorf("second run changed the filesystem (-before +after):\n%s", diff)
 	}
 
-	// 3. A new node from this filesystem as a prebaked image.
+	// 3. A new node from this filesystem as a prebaked image; this time the standalone
+	// script is piped to sh -s, as providers/static does.
 	dpkgLog := readFile(t, filepath.Join(root, "var/log/dpkg.log"))
-	prebaked, out, err := runScript(t, root, nodeInput("node-b", comps))
+	prebaked, out, err := runScriptStdin(t, root, nodeInput("node-b", comps))
 	if err != nil {
 		t.Fatalf("prebaked run: %v\n%s", err, tail(out))
 	}
@@ -304,6 +320,9 @@ func printTable(t *testing.T, vanilla, prebaked bootstrap.Status) {
 	}
 	fmt.Fprintf(&b, "| **total** | **%.2f s** | **%.2f s** |\n", float64(vanilla.TotalMs)/1000, float64(prebaked.TotalMs)/1000)
 	fmt.Fprintf(&b, "\nvanilla installed %d components: %s\n", len(vanilla.Installed), strings.Join(vanilla.Installed, " "))
+	if ph, ok := vanilla.Phase("install"); ok {
+		fmt.Fprintf(&b, "vanilla install phase: %s\n", ph.Detail)
+	}
 	t.Log(b.String())
 }
 

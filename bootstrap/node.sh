@@ -288,11 +288,13 @@ phase_install() {
 		cat "$apt_log"
 		# shellcheck disable=SC2086
 		apt-mark hold $APT_PKGS >/dev/null || fail "apt-mark hold$APT_PKGS failed"
-		P_DETAIL="dpkg lock waited ${LOCK_WAITED_MS}ms"
+		P_DETAIL="dpkg lock waited ${LOCK_WAITED_MS}ms; apt $(($(now_ms) - P_START))ms;"
 	fi
+	b_start=$(now_ms)
 	component() { install_component "$@"; }
 	prebake_components
 	write_manifest
+	P_DETAIL="$P_DETAIL binaries $(($(now_ms) - b_start))ms"
 }
 
 # --- phase 4: kernel settings, containerd, kubelet unit -------------------------------------
@@ -356,13 +358,19 @@ annotate_node() {
 	echo "prebake-bootstrap: could not annotate node $PREBAKE_NODE; the status is in $PREBAKE_STATUS" >&2
 }
 
-run_phase manifest phase_manifest
-run_phase plan phase_plan
-run_phase install phase_install
-run_phase configure phase_configure
-run_phase kubelet phase_kubelet
-run_phase join phase_join
-PHASE=done
-RESULT=ok
-write_status
-annotate_node
+# Piped to `sh -s`, the script is the shell's stdin: anything that reads stdin (apt, a
+# package's maintainer script, kubeadm) would swallow the rest of it. So everything runs
+# from one function, defined in full before it is called, with stdin from /dev/null.
+prebake_main() {
+	run_phase manifest phase_manifest
+	run_phase plan phase_plan
+	run_phase install phase_install
+	run_phase configure phase_configure
+	run_phase kubelet phase_kubelet
+	run_phase join phase_join
+	PHASE=done
+	RESULT=ok
+	write_status
+	annotate_node
+}
+prebake_main </dev/null

@@ -184,11 +184,3 @@ func writeFile(t testing.TB, path, content string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
-
-func TestRootfsCache(t *testing.T) {
-	root := freshRootfs(t)
-	out := chroot(t, root, "dpkg-query", "-W", "-f=${Version}", "curl")
-	if out == "" {
-		t.Fatalf("curl is not installed in the rootfs")
-	}
-}
