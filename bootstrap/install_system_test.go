@@ -308,6 +308,36 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 		t.Errorf("kubelet patch = %q, want node-b's providerID", got)
 	}
 
+	// The JoinConfiguration is one the real kubeadm accepts; a broken one it rejects.
+	chroot(t, root, "/usr/bin/kubeadm", "config", "validate", "--config", "/etc/prebake/kubeadm-join.yaml")
+	join := readFile(t, filepath.Join(root, "etc/prebake/kubeadm-join.yaml"))
+	writeFile(t, filepath.Join(root, "tmp/broken.yaml"), strings.Replace(join, "nodeRegistration:", "nodeRegistrashun:", 1), 0o600)
+	if out, err := chrootCmd(root, nil, "/usr/bin/kubeadm", "config", "validate", "--config", "/tmp/broken.yaml").CombinedOutput(); err == nil {
+		t.Errorf("kubeadm config validate accepted an unknown field:\n%s", out)
+	}
+
+	// 4. The join phase for real, with kubeadm replaced by a shim that records its arguments
+	// and leaves the kubeconfig a join leaves (there is no cluster to join in a chroot).
+	kubeadm := filepath.Join(root, "usr/bin/kubeadm")
+	if err := os.Rename(kubeadm, kubeadm+".real"); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, kubeadm, "#!/bin/sh\necho \"$*\" >>/var/log/kubeadm-calls\nmkdir -p /etc/kubernetes && : >/etc/kubernetes/kubelet.conf\n", 0o755)
+	in := nodeInput("node-b", comps)
+	in.Options.SkipJoin = false
+	for _, want := range []string{"ok", "skipped"} {
+		st, out, err := runScript(t, root, in)
+		if err != nil {
+			t.Fatalf("run with join: %v\n%s", err, tail(out))
+		}
+		if ph, _ := st.Phase("join"); ph.Result != want {
+			t.Errorf("join phase = %+v, want %s", ph, want)
+		}
+	}
+	if got := readFile(t, filepath.Join(root, "var/log/kubeadm-calls")); got != "join --config /etc/prebake/kubeadm-join.yaml\n" {
+		t.Errorf("kubeadm calls = %q, want one join (the second run finds the node joined)", got)
+	}
+
 	printTable(t, vanilla, prebaked)
 }
 
