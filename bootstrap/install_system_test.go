@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -323,6 +324,8 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, kubeadm, "#!/bin/sh\necho \"$*\" >>/var/log/kubeadm-calls\nmkdir -p /etc/kubernetes && : >/etc/kubernetes/kubelet.conf\n", 0o755)
+	// Once joined, the node annotates itself with its phases (kubectl is a shim too).
+	writeFile(t, filepath.Join(root, "usr/local/bin/kubectl"), "#!/bin/sh\necho \"$*\" >>/var/log/kubectl-calls\n", 0o755)
 	in := nodeInput("node-b", comps)
 	in.Options.SkipJoin = false
 	for _, want := range []string{"ok", "skipped"} {
@@ -336,6 +339,13 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(root, "var/log/kubeadm-calls")); got != "join --config /etc/prebake/kubeadm-join.yaml\n" {
 		t.Errorf("kubeadm calls = %q, want one join (the second run finds the node joined)", got)
+	}
+	calls := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(root, "var/log/kubectl-calls"))), "\n")
+	annotate := regexp.MustCompile(`^--kubeconfig /etc/kubernetes/kubelet.conf annotate --overwrite node node-b ` +
+		`prebake.dev/bootstrap=prebaked=true total=\d+ms manifest=\d+ms/ok plan=\d+ms/ok install=\d+ms/skipped ` +
+		`configure=\d+ms/ok kubelet=\d+ms/ok join=\d+ms/(ok|skipped)$`)
+	if len(calls) != 2 || !annotate.MatchString(calls[0]) || !annotate.MatchString(calls[1]) {
+		t.Errorf("kubectl calls = %q, want two annotations matching %s", calls, annotate)
 	}
 
 	printTable(t, vanilla, prebaked)

@@ -16,6 +16,7 @@ DPKG_LOCK=/var/lib/dpkg/lock-frontend
 
 PHASE=start
 PHASES=""
+SUMMARY=""
 RESULT=running
 ERROR=""
 INSTALLED=""
@@ -60,7 +61,9 @@ write_status() {
 }
 
 end_phase() {
-	PHASES="$PHASES${PHASES:+,}{\"name\":\"$PHASE\",\"ms\":$(($(now_ms) - P_START)),\"result\":\"$1\",\"detail\":$(json_str "$P_DETAIL")}"
+	p_ms=$(($(now_ms) - P_START))
+	PHASES="$PHASES${PHASES:+,}{\"name\":\"$PHASE\",\"ms\":$p_ms,\"result\":\"$1\",\"detail\":$(json_str "$P_DETAIL")}"
+	SUMMARY="$SUMMARY $PHASE=${p_ms}ms/$1"
 }
 
 # fail ends the run: the status file names the phase and the error, and so does stderr.
@@ -345,7 +348,7 @@ annotate_node() {
 	if [ "$PREBAKE_SKIP_JOIN" = 1 ] || ! command -v kubectl >/dev/null 2>&1 || [ ! -f /etc/kubernetes/kubelet.conf ]; then
 		return 0
 	fi
-	value="prebaked=$PREBAKED;$(printf '%s' "$PHASES" | sed -e 's/"detail":"[^"]*"//g' -e 's/[{}"]//g' -e 's/,,*/ /g')"
+	value="prebaked=$PREBAKED total=$(($(now_ms) - START_ALL))ms$SUMMARY"
 	i=0
 	while [ $i -lt 30 ]; do
 		if kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate --overwrite node "$PREBAKE_NODE" \
