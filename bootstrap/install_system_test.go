@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -58,7 +59,18 @@ func binaryComponents(t *testing.T) []bootstrap.Component {
 	if err != nil {
 		t.Fatalf("build kubelet and kubeadm: %v", err)
 	}
-	files := map[string]string{"/kubelet": bins.Kubelet, "/kubeadm": bins.Kubeadm}
+	// URL path → binary, and the component each becomes.
+	files := map[string]string{}
+	var out []bootstrap.Component
+	add := func(name, version, src, dst string) {
+		files["/"+name] = src
+		out = append(out, bootstrap.Component{Name: name, Version: version, SHA256: fileSHA256(t, src), Path: dst})
+	}
+	add("kubelet", cluster.KubernetesVersion, bins.Kubelet, "/usr/bin/kubelet")
+	add("kubeadm", cluster.KubernetesVersion, bins.Kubeadm, "/usr/bin/kubeadm")
+	for _, p := range slices.Sorted(maps.Keys(bins.CNIPlugins)) {
+		add("cni-"+p, cluster.CNIPluginsVersion, bins.CNIPlugins[p], "/opt/cni/bin/"+p)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := files[r.URL.Path]
 		if !ok {
@@ -68,12 +80,8 @@ func binaryComponents(t *testing.T) []bootstrap.Component {
 		http.ServeFile(w, r, p)
 	}))
 	t.Cleanup(srv.Close)
-	var out []bootstrap.Component
-	for _, name := range []string{"kubelet", "kubeadm"} {
-		out = append(out, bootstrap.Component{
-			Name: name, Version: cluster.KubernetesVersion, URL: srv.URL + "/" + name,
-			SHA256: fileSHA256(t, files["/"+name]), Path: "/usr/bin/" + name,
-		})
+	for i := range out {
+		out[i].URL = srv.URL + "/" + out[i].Name
 	}
 	return out
 }
@@ -244,7 +252,10 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 			t.Errorf("%s installed at %q, want %q", p, got, versions[p])
 		}
 	}
-	for _, c := range comps[:2] {
+	for _, c := range comps {
+		if c.URL == "" {
+			continue
+		}
 		if got := fileSHA256(t, filepath.Join(root, c.Path)); got != c.SHA256 {
 			t.Errorf("%s sha256 %s, want %s", c.Path, got, c.SHA256)
 		}

@@ -18,7 +18,14 @@ func TestBuildNodeBinariesReusesCache(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // no go here: any build attempt fails
 	dir := t.TempDir()
 	want := nodeBinariesIn(dir)
-	for _, p := range []string{want.Kubelet, want.Kubeadm} {
+	paths := []string{want.Kubelet, want.Kubeadm}
+	for _, p := range want.CNIPlugins {
+		paths = append(paths, p)
+	}
+	if len(want.CNIPlugins) != 4 {
+		t.Fatalf("CNI plugins = %v, want loopback, bridge, host-local and portmap", want.CNIPlugins)
+	}
+	for _, p := range paths {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -28,6 +35,9 @@ func TestBuildNodeBinariesReusesCache(t *testing.T) {
 	}
 	stamp := filepath.Join(dir, "node-stamp")
 	if err := os.WriteFile(stamp, []byte(nodeStampContent), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cni-stamp"), []byte(cniStampContent), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := BuildNodeBinaries(context.Background(), BuildOptions{CacheDir: dir})
