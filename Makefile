@@ -37,7 +37,7 @@ e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached),
 # debootstrapped rootfs and kubelet/kubeadm are cached under ~/.cache/prebake.
 SYSTEM_TIMEOUT ?= 40m
 system: ## system tests: bootstrap's install phase in a real Debian rootfs (chroot), dpkg-lock bound
-	$(GO) test -tags system -count=1 -p 1 -timeout $(SYSTEM_TIMEOUT) -v -run 'TestInstall|TestDpkgLock' ./bootstrap/...
+	$(GO) test -race -tags system -count=1 -p 1 -timeout $(SYSTEM_TIMEOUT) -v -run 'TestInstall|TestDpkgLock' ./bootstrap/...
 
 test: check-generate vet unit system e2e ## what CI runs: generated code check, vet, unit, system, e2e
 
