@@ -8,7 +8,11 @@ LDFLAGS := -s -w -X github.com/prebake-dev/prebake/internal/version.Version=$(VE
 UNIT_TIMEOUT ?= 5m
 E2E_TIMEOUT ?= 50m
 
+<<<<<<< HEAD
 .PHONY: all build unit vet test e2e demo bench bench-hcloud bench-mesh ciliumcompat generate check-generate fuzz clean help
+=======
+.PHONY: all build unit vet test system e2e demo bench bench-hcloud bench-mesh generate check-generate fuzz clean help
+>>>>>>> wt-bootstrap
 
 all: build
 
@@ -20,7 +24,8 @@ build: ## build bin/prebake
 
 vet: ## go vet
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/... ./deploy/...
+	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./bootstrap/...
+	$(GO) vet -tags system ./bootstrap/...
 
 unit: ## fast loop: go test -race on every package (no e2e)
 	$(GO) test -race -timeout $(UNIT_TIMEOUT) ./...
@@ -29,9 +34,16 @@ unit: ## fast loop: go test -race on every package (no e2e)
 # process, which Go's test cache can't see, so a cached pass could hide a
 # broken plugin.
 e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached), and the deploy/ server-side dry-runs
-	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/...
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/... ./bootstrap/...
 
-test: check-generate vet unit ciliumcompat e2e ## what CI runs: generated code check, vet, unit, the Cilium cross-check, e2e
+# System tests (build tag system) need root, debootstrap and the network to a Debian mirror;
+# they skip with one line when a prerequisite is missing, and fail under CI=true. The
+# debootstrapped rootfs and kubelet/kubeadm are cached under ~/.cache/prebake.
+SYSTEM_TIMEOUT ?= 40m
+system: ## system tests: bootstrap's install phase in a real Debian rootfs (chroot), dpkg-lock bound
+	$(GO) test -race -tags system -count=1 -p 1 -timeout $(SYSTEM_TIMEOUT) -v -run 'TestInstall|TestDpkgLock' ./bootstrap/...
+
+test: check-generate vet unit system ciliumcompat e2e ## what CI runs: generated code check, vet, unit, system, the Cilium cross-check, e2e
 
 demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
 	$(GO) run ./e2e/demo
@@ -66,6 +78,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/hcloud/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
 	$(GO) test -run '^$$' -fuzz FuzzParseName -fuzztime 20s ./imagecatalog/
+	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime 20s ./bootstrap/
 
 clean:
 	rm -rf bin e2e/out

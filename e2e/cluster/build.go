@@ -237,11 +237,17 @@ type builder struct {
 	log       *os.File // build.log: the output of every go command
 	began     time.Time
 	heartbeat time.Duration
+	logName   string // the build log's file name in dir; "" means build.log
 }
 
 func (b *builder) stampPath() string { return filepath.Join(b.dir, "stamp") }
-func (b *builder) logPath() string   { return filepath.Join(b.dir, "build.log") }
-func (b *builder) binDir() string    { return filepath.Join(b.dir, "bin") }
+func (b *builder) logPath() string {
+	if b.logName != "" {
+		return filepath.Join(b.dir, b.logName)
+	}
+	return filepath.Join(b.dir, "build.log")
+}
+func (b *builder) binDir() string { return filepath.Join(b.dir, "bin") }
 func (b *builder) workDir(name string) string {
 	return filepath.Join(b.dir, "work", name)
 }
@@ -252,7 +258,12 @@ func (b *builder) logf(format string, args ...any) {
 
 // lock takes an exclusive flock on <cache>/.lock, polling so ctx can cancel the wait.
 func (b *builder) lock(ctx context.Context) (unlock func(), err error) {
-	path := filepath.Join(b.dir, ".lock")
+	return b.lockFile(ctx, ".lock")
+}
+
+// lockFile takes an exclusive flock on <cache>/<name>, polling so ctx can cancel the wait.
+func (b *builder) lockFile(ctx context.Context, name string) (unlock func(), err error) {
+	path := filepath.Join(b.dir, name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("build: open lock file: %w", err)
@@ -327,8 +338,16 @@ func (b *builder) buildKubernetes(ctx context.Context, withKubectl bool) error {
 	if err := b.goCmd(ctx, work, append([]string{"get", "-tool"}, pinned...)...); err != nil {
 		return err
 	}
+	ldflags := k8sLdflags()
+	b.logf("kubernetes: go build %s (the long step)", strings.Join(baseNames(cmds), " "))
+	return b.goBuild(ctx, work, append([]string{"build", "-ldflags", ldflags, "-o", b.binDir() + "/"}, cmds...)...)
+}
+
+// k8sLdflags stamps the version into Kubernetes binaries the way upstream's build does, so
+// `--version` and the version each component reports are KubernetesVersion.
+func k8sLdflags() string {
 	minor := strings.Split(strings.TrimPrefix(KubernetesVersion, "v"), ".")[1]
-	ldflags := strings.Join([]string{
+	return strings.Join([]string{
 		"-s -w",
 		"-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
 		"-X k8s.io/component-base/version.gitMajor=1",
@@ -336,8 +355,6 @@ func (b *builder) buildKubernetes(ctx context.Context, withKubectl bool) error {
 		"-X k8s.io/component-base/version.gitTreeState=clean",
 		"-X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z",
 	}, " ")
-	b.logf("kubernetes: go build %s (the long step)", strings.Join(baseNames(cmds), " "))
-	return b.goBuild(ctx, work, append([]string{"build", "-ldflags", ldflags, "-o", b.binDir() + "/"}, cmds...)...)
 }
 
 func (b *builder) buildEtcd(ctx context.Context) error {

@@ -2,6 +2,7 @@
 // for poking at a cluster by hand:
 //
 //	go run ./e2e/cluster/cmd/e2e-cluster build          # build or reuse the binaries
+//	go run ./e2e/cluster/cmd/e2e-cluster build-node     # build or reuse kubelet and kubeadm
 //	go run ./e2e/cluster/cmd/e2e-cluster up [-dir D]    # start; Ctrl-C stops it
 //	go run ./e2e/cluster/cmd/e2e-cluster reap -dir D    # kill what a killed `up` left
 //
@@ -31,7 +32,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: e2e-cluster build | up [-dir D] | reap -dir D")
+		return errors.New("usage: e2e-cluster build | build-node | up [-dir D] | reap -dir D")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	defaultDir := filepath.Join(os.TempDir(), "prebake-e2e-cluster")
@@ -50,6 +51,13 @@ func run(args []string) error {
 		}
 		fmt.Println(filepath.Dir(bins.KubeAPIServer))
 		return nil
+	case "build-node":
+		bins, err := cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: os.Stderr})
+		if err != nil {
+			return err
+		}
+		fmt.Println(filepath.Dir(bins.Kubelet))
+		return nil
 	case "reap":
 		return cluster.ReapStale(*dir)
 	case "up":
@@ -66,6 +74,6 @@ func run(args []string) error {
 		fmt.Fprintln(os.Stderr, "stopping")
 		return b.Stop(context.Background())
 	default:
-		return fmt.Errorf("unknown command %q: use build, up or reap", args[0])
+		return fmt.Errorf("unknown command %q: use build, build-node, up or reap", args[0])
 	}
 }

@@ -1,0 +1,35 @@
+// Package bootstrap renders a node's cloud-init user-data and manages the kubeadm join
+// tokens it carries. One renderer serves every provider (kwok, hcloud, gce, static) and both
+// boot paths: on a prebaked image the script finds everything installed and goes straight to
+// join; on a vanilla image it installs what is missing first (DESIGN.md §3.4).
+//
+// API:
+//   - Render(Input) (UserData, error): UserData.CloudConfig is "#cloud-config" whose
+//     write_files puts the node script at ScriptPath (0700) and whose runcmd runs it;
+//     UserData.Script is the same script standalone, for `sh -s` over SSH.
+//   - Tokens{Client}.Create makes one join token per node (Secret kube-system/bootstrap-token-<id>,
+//     TTL ≤ MaxTokenTTL, labelled ManagedByLabel=prebake); Tokens.CleanupExpired deletes the
+//     expired ones it made and no others; Tokens.Delete revokes one after its node joined.
+//   - ParseStatus reads the status file the script writes (DefaultStatusPath).
+//
+// The script (node.sh after a generated prelude), in order: reads ManifestPath if present;
+// plans (an apt component is present when dpkg has exactly its version, a binary when the
+// manifest names its version or its sha256 matches); installs only what is missing, after
+// masking apt's timers and unattended-upgrades and waiting for the dpkg lock at most
+// Options.DpkgLockWait (apt pinned with --no-install-recommends, then held; binaries with a
+// sha256 check), then records what it installed in the manifest; writes sysctls, modules and
+// the containerd config and applies each only when its file changed; writes the kubeadm
+// JoinConfiguration (labels, taints) and a kubelet configuration patch with the providerID;
+// runs kubeadm join; writes each phase's duration to the status file and, once joined,
+// annotates the Node (prebake.dev/bootstrap, best effort).
+//
+// Invariants:
+//   - The join token appears only in UserData (and the rendered files on the node, mode
+//     0600/0700). Errors and String methods never contain it; nothing here logs.
+//   - Every value in the script is single-quoted by shQuote; every YAML document is made by
+//     a YAML encoder. Inputs are validated first, so labels, taints and versions that would
+//     change a file's meaning (a comma in a label value, a range as a version) are errors.
+//   - A second run of the script changes nothing but the status file.
+//   - The package imports no other prebake package; Manifest repeats imagecatalog.Manifest's
+//     JSON shape.
+package bootstrap

@@ -1,0 +1,293 @@
+package bootstrap
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// UserData is one node's rendered bootstrap. Both fields hold the join token: never log them.
+type UserData struct {
+	// CloudConfig is "#cloud-config" user-data: write_files puts Script at ScriptPath (mode
+	// 0700, root only) and runcmd runs it once.
+	CloudConfig []byte
+	// Script is the same node script standalone, for machines without cloud-init: the static
+	// provider pipes it to `sh -s` over SSH.
+	Script []byte
+}
+
+// String keeps a stray %v or slog call from printing the secret.
+func (UserData) String() string { return "bootstrap.UserData{<redacted: holds a join token>}" }
+
+//go:embed node.sh
+var nodeScript string
+
+// CRISocket is containerd's socket; kubeadm and the kubelet talk to it.
+const CRISocket = "unix:///run/containerd/containerd.sock"
+
+// Render validates in and renders its user-data. The error names every invalid field and
+// never contains the join token.
+func Render(in Input) (UserData, error) {
+	in, err := in.validate()
+	if err != nil {
+		return UserData{}, err
+	}
+	script, err := renderScript(in)
+	if err != nil {
+		return UserData{}, err
+	}
+	cc, err := renderCloudConfig(script)
+	if err != nil {
+		return UserData{}, err
+	}
+	return UserData{CloudConfig: cc, Script: script}, nil
+}
+
+// shQuote quotes s for POSIX sh: inside single quotes only the single quote is special.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func boolFlag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// renderScript is the generated prelude (values, quoted) followed by node.sh (logic, fixed).
+func renderScript(in Input) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	fmt.Fprintf(&b, "# prebake node bootstrap for %s node %s. It holds a join token: do not log or share it.\n",
+		in.Provider, in.NodeName)
+	vars := []struct{ name, value string }{
+		{"PREBAKE_PROVIDER", in.Provider},
+		{"PREBAKE_NODE", in.NodeName},
+		{"PREBAKE_ENDPOINT", in.Cluster.APIServerEndpoint},
+		{"PREBAKE_STATUS", in.Options.StatusPath},
+		{"PREBAKE_LOCK_WAIT", fmt.Sprint(int64(in.Options.DpkgLockWait.Seconds() + 0.999))},
+		{"PREBAKE_RECORD", boolFlag(in.Options.RecordHostCommands)},
+		{"PREBAKE_SKIP_JOIN", boolFlag(in.Options.SkipJoin)},
+		{"PREBAKE_MODULES", strings.Join(in.Modules, " ")},
+		{"PREBAKE_SYSCTLS_JSON", mustJSON(in.Sysctls)},
+		{"PREBAKE_MODULES_JSON", mustJSON(in.Modules)},
+	}
+	for _, v := range vars {
+		fmt.Fprintf(&b, "%s=%s\n", v.name, shQuote(v.value))
+	}
+
+	b.WriteString("\nprebake_components() {\n")
+	for _, c := range in.Components {
+		kind := "apt"
+		if c.Binary() {
+			kind = "bin"
+		}
+		fmt.Fprintf(&b, "\tcomponent %s %s %s %s %s %s %s\n", kind, shQuote(c.Name), shQuote(c.Version),
+			shQuote(c.aptPackage()), shQuote(c.URL), shQuote(c.SHA256), shQuote(c.Path))
+	}
+	b.WriteString("\t:\n}\n")
+
+	configure, err := configureFiles(in)
+	if err != nil {
+		return nil, err
+	}
+	writeFileFunc(&b, "prebake_configure_files", configure)
+	kubelet, err := kubeletFiles(in)
+	if err != nil {
+		return nil, err
+	}
+	writeFileFunc(&b, "prebake_kubelet_files", kubelet)
+	b.WriteString("\n")
+	b.WriteString(nodeScript)
+	return []byte(b.String()), nil
+}
+
+// file is one file the script puts on the node; action names the host command that applies
+// it when it changed (see put_file in node.sh).
+type file struct {
+	path, mode, action, content string
+}
+
+func writeFileFunc(b *strings.Builder, name string, files []file) {
+	fmt.Fprintf(b, "\n%s() {\n", name)
+	for _, f := range files {
+		fmt.Fprintf(b, "\tput_file %s %s %s %s\n", shQuote(f.path), f.mode, f.action, shQuote(f.content))
+	}
+	b.WriteString("\t:\n}\n")
+}
+
+func mustJSON(v any) string {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // maps and slices of strings always marshal
+	}
+	return string(data)
+}
+
+// containerdConfig is a version 2 config, which containerd 1.6, 1.7 and 2.x read. The
+// kubelet's default cgroup driver under kubeadm is systemd, so runc must use it too.
+const containerdConfig = `version = 2
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+`
+
+// kubeletUnit and kubeletDropIn are what the kubelet and kubeadm Debian packages install;
+// a kubelet installed as a binary needs them written.
+const kubeletUnit = `[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=https://kubernetes.io/docs/
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=%s
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+`
+
+const kubeletDropIn = `[Service]
+Environment="KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf"
+Environment="KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml"
+EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env
+EnvironmentFile=-/etc/default/kubelet
+ExecStart=
+ExecStart=%s $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS
+`
+
+func configureFiles(in Input) ([]file, error) {
+	var sysctl strings.Builder
+	sysctl.WriteString("# Written by prebake bootstrap: what a kubeadm node with a CNI needs.\n")
+	for _, k := range slices.Sorted(maps.Keys(in.Sysctls)) {
+		fmt.Fprintf(&sysctl, "%s = %s\n", k, in.Sysctls[k])
+	}
+	modules := "# Written by prebake bootstrap.\n" + strings.Join(in.Modules, "\n") + "\n"
+	files := []file{
+		{"/etc/modules-load.d/prebake.conf", "0644", "modules", modules},
+		{"/etc/sysctl.d/99-prebake.conf", "0644", "sysctl", sysctl.String()},
+		{"/etc/containerd/config.toml", "0644", "containerd", containerdConfig},
+	}
+	for _, c := range in.Components {
+		if c.Name == "kubelet" && c.Binary() {
+			files = append(files,
+				file{"/etc/systemd/system/kubelet.service", "0644", "kubelet-unit", fmt.Sprintf(kubeletUnit, c.Path)},
+				file{"/etc/systemd/system/kubelet.service.d/10-kubeadm.conf", "0644", "kubelet-unit", fmt.Sprintf(kubeletDropIn, c.Path)})
+		}
+	}
+	return files, nil
+}
+
+// The kubeadm v1beta4 types we write, with only the fields we set.
+type (
+	joinConfiguration struct {
+		APIVersion       string           `yaml:"apiVersion"`
+		Kind             string           `yaml:"kind"`
+		Discovery        discovery        `yaml:"discovery"`
+		NodeRegistration nodeRegistration `yaml:"nodeRegistration"`
+		Patches          patches          `yaml:"patches"`
+	}
+	discovery struct {
+		BootstrapToken bootstrapTokenDiscovery `yaml:"bootstrapToken"`
+	}
+	bootstrapTokenDiscovery struct {
+		APIServerEndpoint string   `yaml:"apiServerEndpoint"`
+		Token             string   `yaml:"token"`
+		CACertHashes      []string `yaml:"caCertHashes"`
+	}
+	nodeRegistration struct {
+		Name             string   `yaml:"name"`
+		CRISocket        string   `yaml:"criSocket"`
+		Taints           []taint  `yaml:"taints"` // an empty list means none: kubeadm adds no default to a joining worker
+		KubeletExtraArgs []argVal `yaml:"kubeletExtraArgs,omitempty"`
+	}
+	taint struct {
+		Key    string `yaml:"key"`
+		Value  string `yaml:"value,omitempty"`
+		Effect string `yaml:"effect"`
+	}
+	argVal struct {
+		Name  string `yaml:"name"`
+		Value string `yaml:"value"`
+	}
+	patches struct {
+		Directory string `yaml:"directory"`
+	}
+)
+
+// KubeadmPatchesDir holds the kubelet configuration patch that sets the providerID. kubeadm
+// join downloads the cluster's KubeletConfiguration and applies this patch on top.
+const KubeadmPatchesDir = "/etc/prebake/kubeadm-patches"
+
+func kubeletFiles(in Input) ([]file, error) {
+	jc := joinConfiguration{
+		APIVersion: "kubeadm.k8s.io/v1beta4",
+		Kind:       "JoinConfiguration",
+		Discovery: discovery{BootstrapToken: bootstrapTokenDiscovery{
+			APIServerEndpoint: in.Cluster.APIServerEndpoint,
+			Token:             in.JoinToken,
+			CACertHashes:      in.Cluster.CACertHashes,
+		}},
+		NodeRegistration: nodeRegistration{Name: in.NodeName, CRISocket: CRISocket, Taints: []taint{}},
+		Patches:          patches{Directory: KubeadmPatchesDir},
+	}
+	for _, t := range in.Taints {
+		jc.NodeRegistration.Taints = append(jc.NodeRegistration.Taints, taint(t))
+	}
+	if len(in.Labels) > 0 {
+		var kv []string
+		for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
+			kv = append(kv, k+"="+in.Labels[k])
+		}
+		jc.NodeRegistration.KubeletExtraArgs = []argVal{{Name: "node-labels", Value: strings.Join(kv, ",")}}
+	}
+	join, err := yaml.Marshal(jc)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: marshal JoinConfiguration: %w", err)
+	}
+	patch, err := yaml.Marshal(map[string]string{"providerID": in.ProviderID})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: marshal kubelet patch: %w", err)
+	}
+	return []file{
+		// 0600: it holds the join token.
+		{"/etc/prebake/kubeadm-join.yaml", "0600", "none", string(join)},
+		{KubeadmPatchesDir + "/kubeletconfiguration+merge.yaml", "0644", "none", string(patch)},
+	}, nil
+}
+
+type cloudConfig struct {
+	WriteFiles []writeFile `yaml:"write_files"`
+	RunCmd     [][]string  `yaml:"runcmd"`
+}
+
+type writeFile struct {
+	Path        string `yaml:"path"`
+	Owner       string `yaml:"owner"`
+	Permissions string `yaml:"permissions"`
+	Content     string `yaml:"content"`
+}
+
+func renderCloudConfig(script []byte) ([]byte, error) {
+	cc := cloudConfig{
+		WriteFiles: []writeFile{{Path: ScriptPath, Owner: "root:root", Permissions: "0700", Content: string(script)}},
+		RunCmd:     [][]string{{"sh", ScriptPath}},
+	}
+	body, err := yaml.Marshal(cc)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: marshal cloud-config: %w", err)
+	}
+	return append([]byte("#cloud-config\n"), body...), nil
+}
