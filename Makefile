@@ -8,11 +8,7 @@ LDFLAGS := -s -w -X github.com/prebake-dev/prebake/internal/version.Version=$(VE
 UNIT_TIMEOUT ?= 5m
 E2E_TIMEOUT ?= 50m
 
-<<<<<<< HEAD
-.PHONY: all build unit vet test e2e demo bench bench-hcloud bench-mesh ciliumcompat generate check-generate fuzz clean help
-=======
-.PHONY: all build unit vet test system e2e demo bench bench-hcloud bench-mesh generate check-generate fuzz clean help
->>>>>>> wt-bootstrap
+.PHONY: all build unit vet test system e2e demo bench bench-hcloud bench-mesh ciliumcompat generate check-generate fuzz clean help
 
 all: build
 
