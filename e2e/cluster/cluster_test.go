@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -299,20 +300,42 @@ func TestKindUnavailableIsOneLine(t *testing.T) {
 }
 
 func TestGoBuildHeartbeat(t *testing.T) {
-	t.Parallel()
+	// A stand-in "go" that runs until the test has seen a heartbeat, so the
+	// test does not depend on how long a real go command takes. (t.Setenv:
+	// not parallel.)
+	bin := t.TempDir()
+	release := filepath.Join(t.TempDir(), "release")
+	writeFile(t, filepath.Join(bin, "go"), "#!/bin/sh\nwhile [ ! -e \"$PREBAKE_TEST_RELEASE\" ]; do sleep 0.01; done\n")
+	if err := os.Chmod(filepath.Join(bin, "go"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("PREBAKE_TEST_RELEASE", release)
+
 	var out strings.Builder
+	w := &syncWriter{w: &out}
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "build.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	b := &builder{dir: t.TempDir(), out: &syncWriter{w: &out}, log: logFile, began: time.Now(), heartbeat: time.Millisecond}
-	// Any go command that takes more than a millisecond shows the heartbeat.
-	if err := b.goBuild(context.Background(), b.dir, "env", "GOROOT"); err != nil {
+	b := &builder{dir: t.TempDir(), out: w, log: logFile, began: time.Now(), heartbeat: time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- b.goBuild(context.Background(), b.dir, "build", "./...") }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(w.String(), "still compiling") {
+		if time.Now().After(deadline) {
+			writeFile(t, release, "")
+			t.Fatalf("no heartbeat in progress output within 30s:\n%s", w.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	writeFile(t, release, "")
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "still compiling") {
-		t.Errorf("no heartbeat in progress output:\n%s", out.String())
+	if !strings.Contains(w.String(), "go build done") {
+		t.Errorf("no completion line in progress output:\n%s", w.String())
 	}
 }
 
@@ -368,4 +391,10 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprint(s.w)
 }
