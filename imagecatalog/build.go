@@ -293,23 +293,36 @@ func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptio
 	began := time.Now()
 	t := time.NewTicker(opts.Poll)
 	defer t.Stop()
+	var lastErr error
 	for {
+		// A failed read is retried until the timeout: one 503 must not
+		// throw away a half-hour build. A builder that is gone is final.
 		st, err := api.Builder(ctx, id)
-		if err != nil {
-			return Report{}, fmt.Errorf("read builder %s: %w", id, err)
+		if errors.Is(err, ErrNotFound) {
+			return Report{}, err
 		}
-		r, ok, err := ParseReport(st.Labels)
-		if err != nil {
-			return Report{}, fmt.Errorf("builder %s: %w", id, err)
+		if err != nil && ctx.Err() == nil {
+			lastErr = err
+			tick(BuilderState{Status: "unreadable (" + err.Error() + ")"}, time.Since(began))
 		}
-		if ok {
-			return r, nil
+		if err == nil {
+			r, ok, err := ParseReport(st.Labels)
+			if err != nil {
+				return Report{}, fmt.Errorf("builder %s: %w", id, err)
+			}
+			if ok {
+				return r, nil
+			}
+			tick(st, time.Since(began))
 		}
-		tick(st, time.Since(began))
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return Report{}, fmt.Errorf("builder %s wrote no report (label %s) within %s: check its console log; raise --timeout if the install is slow", id, LabelReport, opts.Timeout)
+				err := fmt.Errorf("builder %s wrote no report (label %s) within %s: check its console log; raise --timeout if the install is slow", id, LabelReport, opts.Timeout)
+				if lastErr != nil {
+					err = fmt.Errorf("%w (last read error: %w)", err, lastErr)
+				}
+				return Report{}, err
 			}
 			return Report{}, ctx.Err()
 		case <-t.C:

@@ -177,7 +177,8 @@ func (f *Fake) changeImageProtection(w http.ResponseWriter, r *http.Request, id 
 	}
 	a := f.newAction("change_protection", now, schema.ActionResourceReference{ID: id, Type: "image"})
 	// Protection changes take effect at once; only the action is reported
-	// as running for ActionDelay.
+	// as running for ActionDelay (none when it is 0).
+	f.settle(now)
 	writeJSON(w, http.StatusCreated, schema.ImageActionChangeProtectionResponse{Action: a.schema})
 }
 
