@@ -3,6 +3,7 @@ package imagecatalog
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,9 +27,13 @@ type ConfigMapStore struct {
 
 func (s ConfigMapStore) String() string { return "configmap://" + s.Namespace + "/" + s.Name }
 
+// rvPrefix marks a revision of an existing ConfigMap, so that "" keeps
+// meaning "nothing stored" even where a resourceVersion is empty.
+const rvPrefix = "rv:"
+
 // Load reads the catalog. A missing ConfigMap, or one without the key, is
-// an empty catalog; the revision's Hash is the resourceVersion ("" when the
-// ConfigMap does not exist).
+// an empty catalog; the revision's Hash is "rv:" and the resourceVersion
+// ("" when the ConfigMap does not exist).
 func (s ConfigMapStore) Load(ctx context.Context) (Catalog, Revision, error) {
 	cm, err := s.Client.ConfigMaps(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -37,7 +42,7 @@ func (s ConfigMapStore) Load(ctx context.Context) (Catalog, Revision, error) {
 	if err != nil {
 		return Catalog{}, Revision{}, fmt.Errorf("load %s: %w", s, err)
 	}
-	rev := Revision{Hash: cm.ResourceVersion}
+	rev := Revision{Hash: rvPrefix + cm.ResourceVersion}
 	data, ok := cm.Data[ConfigMapKey]
 	if !ok {
 		return Catalog{}, rev, nil
@@ -82,20 +87,20 @@ func (s ConfigMapStore) Save(ctx context.Context, c Catalog, rev Revision) (Revi
 			return rev, fmt.Errorf("save %s: %w", s, gerr)
 		}
 		cm := cur.DeepCopy()
-		cm.ResourceVersion = rev.Hash
+		cm.ResourceVersion = strings.TrimPrefix(rev.Hash, rvPrefix)
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
 		cm.Data[ConfigMapKey] = string(data)
 		out, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
-			return rev, fmt.Errorf("save %s: %w: another writer changed it since it was loaded (resourceVersion %s); load it again and retry", s, ErrConflict, rev.Hash)
+			return rev, fmt.Errorf("save %s: %w: another writer changed it since it was loaded (resourceVersion %s); load it again and retry", s, ErrConflict, strings.TrimPrefix(rev.Hash, rvPrefix))
 		}
 	}
 	if err != nil {
 		return rev, fmt.Errorf("save %s: %w", s, err)
 	}
-	return Revision{Generation: rev.Generation + 1, Hash: out.ResourceVersion}, nil
+	return Revision{Generation: rev.Generation + 1, Hash: rvPrefix + out.ResourceVersion}, nil
 }
 
 // Update is the package function Update on s.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -96,7 +97,7 @@ func (s FileStore) Save(ctx context.Context, c Catalog, rev Revision) (Revision,
 }
 
 // maxUpdateAttempts bounds Update's retries on conflict.
-const maxUpdateAttempts = 8
+const maxUpdateAttempts = 16
 
 func (s FileStore) String() string { return s.Path }
 
@@ -124,6 +125,13 @@ func Update(ctx context.Context, s Store, fn func(Catalog) (Catalog, error)) (Ca
 		}
 		if !errors.Is(err, ErrConflict) || attempt == maxUpdateAttempts {
 			return Catalog{}, err
+		}
+		// Writers that collided would collide again if they retried in
+		// step; a random pause, growing with the attempts, breaks that.
+		select {
+		case <-ctx.Done():
+			return Catalog{}, fmt.Errorf("%w (after %d conflicts)", ctx.Err(), attempt)
+		case <-time.After(time.Duration(rand.Int64N(int64(attempt) * int64(10*time.Millisecond)))):
 		}
 	}
 }
