@@ -20,7 +20,7 @@ build: ## build bin/prebake
 
 vet: ## go vet
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/... ./deploy/...
+	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./imagecatalog/
 
 unit: ## fast loop: go test -race on every package (no e2e)
 	$(GO) test -race -timeout $(UNIT_TIMEOUT) ./...
@@ -28,8 +28,8 @@ unit: ## fast loop: go test -race on every package (no e2e)
 # -count=1: the suite runs `prebake serve` built by `go build` in a child
 # process, which Go's test cache can't see, so a cached pass could hide a
 # broken plugin.
-e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached), and the deploy/ server-side dry-runs
-	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/...
+e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached), the deploy/ server-side dry-runs, and the image catalog ConfigMap store against kube-apiserver
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/... ./imagecatalog/
 
 test: check-generate vet unit e2e ## what CI runs: generated code check, vet, unit, e2e
 
