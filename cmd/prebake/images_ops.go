@@ -225,7 +225,7 @@ type buildFlags struct {
 }
 
 func (b *buildFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&b.recipe, "recipe", "", "ImageRecipe file listing the images to build (see examples/image-recipe.yaml)")
+	cmd.Flags().StringVar(&b.recipe, "recipe", "", "ImageRecipe file listing the images to build (example: deploy/components/image-refresh/recipe.yaml)")
 	cmd.Flags().StringSliceVar(&b.only, "only", nil, `build only these keys, as "os/k8s-minor/arch", e.g. ubuntu-2404/1.34/amd64`)
 	cmd.Flags().DurationVar(&b.poll, "poll", 10*time.Second, "how often to read the builder while it works")
 	cmd.Flags().DurationVar(&b.timeout, "timeout", 30*time.Minute, "how long to wait for the builder's report")
