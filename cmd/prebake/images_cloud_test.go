@@ -433,3 +433,59 @@ func TestImagesCatalogFlag(t *testing.T) {
 		t.Errorf("publish without --config: %v", err)
 	}
 }
+
+// deprecate, publish and sync under --dry-run change neither the catalog nor
+// the cloud; without it, deprecate labels the image.
+func TestImagesCLIDryRunsAndDeprecate(t *testing.T) {
+	t.Parallel()
+	cloud := newCLICloud(t)
+	cat := filepath.Join(cloud.dir, "images.yaml")
+	manifest := filepath.Join(cloud.dir, "manifest.yaml")
+	mdata, _ := yaml.Marshal(imagecatalog.DefaultManifest(cliVersions()))
+	if err := os.WriteFile(manifest, mdata, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cloud.snapshot(t, "packer")
+	publish := []string{"publish", id, "--config", cloud.config, "--catalog", cat, "--name", "prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t1504",
+		"--inputs-hash", strings.Repeat("a", 32), "--manifest", manifest, "--verified", "ci", "--channel", "candidate"}
+	labels := func() map[string]string {
+		im, _, err := cloud.client.Image.GetByID(context.Background(), mustInt(t, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return im.Labels
+	}
+	if out, _, err := runImagesSplit(t, append(publish, "--dry-run")...); err != nil || !strings.Contains(out, "would publish") {
+		t.Fatalf("publish --dry-run: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(cat); !os.IsNotExist(err) || len(labels()) != 0 {
+		t.Fatalf("publish --dry-run wrote the catalog (%v) or labels %v", err, labels())
+	}
+	if out, _, err := runImagesSplit(t, publish...); err != nil {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	if l := labels(); l["prebake.dev/channel-candidate"] != "current" || l["prebake.dev/verified"] != "true" {
+		t.Errorf("labels after publish: %v", l)
+	}
+	before, _ := os.ReadFile(cat)
+	if out, _, err := runImagesSplit(t, "deprecate", id, "--reason", "CVE", "--dry-run", "--config", cloud.config, "--catalog", cat); err != nil || !strings.Contains(out, "would be deprecated") {
+		t.Errorf("deprecate --dry-run: %v\n%s", err, out)
+	}
+	if out, _, err := runImagesSplit(t, "sync", "--dry-run", "--config", cloud.config, "--catalog", cat); err != nil || !strings.Contains(out, "would sync 1 images and 1 channels") {
+		t.Errorf("sync --dry-run: %v\n%s", err, out)
+	}
+	after, _ := os.ReadFile(cat)
+	if !bytes.Equal(before, after) || labels()[imagecatalog.LabelDeprecated] != "" {
+		t.Fatal("a --dry-run changed the catalog or the labels")
+	}
+	out, _, err := runImagesSplit(t, "deprecate", id, "--reason", "CVE", "--config", cloud.config, "--catalog", cat)
+	if err != nil || !strings.Contains(out, "channels still naming it: candidate") {
+		t.Errorf("deprecate: %v\n%s", err, out)
+	}
+	if labels()[imagecatalog.LabelDeprecated] != "true" {
+		t.Errorf("labels after deprecate: %v", labels())
+	}
+	if _, _, err := runImagesSplit(t, "resolve", "--catalog", cat, "--channel", "candidate"); err == nil || !strings.Contains(err.Error(), "deprecated") {
+		t.Errorf("resolve of a deprecated candidate: %v, want deprecated", err)
+	}
+}
