@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -157,4 +160,99 @@ func ImageForPublish(ci CloudImage, req PublishRequest) (Image, error) {
 		return Image{}, fmt.Errorf("publish image %s: %w", ci.ID, err)
 	}
 	return im, nil
+}
+
+// ImageFromCloud rebuilds a catalog image from its cloud labels, for sync.
+// provider and location are the catalog's names for where it lives.
+func ImageFromCloud(ci CloudImage, provider, location string) (Image, error) {
+	l := ci.Labels
+	im := Image{ID: ci.ID, Name: l[LabelName], Provider: provider, Location: location, InputsHash: l[LabelInputsHash], Created: ci.Created.UTC()}
+	m, ok, err := ManifestFromLabels(l)
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", ci.ID, err)
+	}
+	if !ok {
+		return Image{}, fmt.Errorf("image %s (%s) has no %s* labels: publish it again with a manifest", ci.ID, im.Name, labelPkgPrefix)
+	}
+	im.Manifest = m
+	if l[LabelVerified] == "true" {
+		im.Verified = &Event{At: im.Created, Reason: "from cloud labels"}
+	}
+	if l[LabelDeprecated] == "true" {
+		im.Deprecated = &Event{At: im.Created, Reason: "from cloud labels"}
+	}
+	return im, nil
+}
+
+// FromCloud rebuilds a catalog from the labels of every image the provider
+// lists with a prebake.dev/image-name label: the images and, from channel
+// labels, the channels with their history. What labels can't hold is lost:
+// rollback records, reasons and exact times (the image's creation time
+// stands in). Images that can't be read are returned as errors next to the
+// rest, so one bad image doesn't hide the others.
+func FromCloud(ims []CloudImage, provider, location string, now time.Time) (Catalog, []error) {
+	var c Catalog
+	var errs []error
+	type pos struct {
+		name string
+		key  Key
+	}
+	steps := map[pos]map[int]string{}
+	for _, ci := range ims {
+		im, err := ImageFromCloud(ci, provider, location)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		next, err := Publish(c, im)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c = next
+		k, _ := im.Key()
+		for lk, lv := range ci.Labels {
+			name, found := strings.CutPrefix(lk, labelChannelPrefix)
+			if !found {
+				continue
+			}
+			step := 0
+			if lv != channelCurrent {
+				n, err := strconv.Atoi(strings.TrimPrefix(lv, channelHistoryPrefix))
+				if !strings.HasPrefix(lv, channelHistoryPrefix) || err != nil || n < 1 {
+					errs = append(errs, fmt.Errorf("image %s: label %s=%q: want %q or %sN", ci.ID, lk, lv, channelCurrent, channelHistoryPrefix))
+					continue
+				}
+				step = n
+			}
+			p := pos{name, k}
+			if steps[p] == nil {
+				steps[p] = map[int]string{}
+			}
+			if other, dup := steps[p][step]; dup {
+				errs = append(errs, fmt.Errorf("channel %s (%s): images %s and %s both claim step %d; fix one's %s label", name, k, other, ci.ID, step, lk))
+				continue
+			}
+			steps[p][step] = ci.ID
+		}
+	}
+	for p, byStep := range steps {
+		cur, ok := byStep[0]
+		if !ok {
+			errs = append(errs, fmt.Errorf("channel %s (%s): images carry history labels but none is current", p.name, p.key))
+			continue
+		}
+		ch := Channel{Name: p.name, Key: p.key, Image: cur}
+		for _, s := range slices.Sorted(maps.Keys(byStep)) {
+			if s > 0 {
+				ch.History = append(ch.History, Entry{Image: byStep[s], At: now})
+			}
+		}
+		c.Channels = append(c.Channels, ch)
+	}
+	c.sort()
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errs
 }
