@@ -565,6 +565,10 @@ func (f *Fake) updateServer(w http.ResponseWriter, r *http.Request, id int64, no
 		s.schema.Name = req.Name
 	}
 	if req.Labels != nil {
+		if err := checkLabels(*req.Labels); err != nil {
+			writeError(w, invalidInput(err.Error()))
+			return
+		}
 		s.schema.Labels = maps.Clone(*req.Labels)
 	}
 	writeJSON(w, http.StatusOK, schema.ServerUpdateResponse{Server: f.view(s, now)})

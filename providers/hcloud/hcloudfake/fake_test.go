@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -397,5 +398,36 @@ func TestShutdownAndPoweroff(t *testing.T) {
 	}
 	if _, _, err := client.Server.Shutdown(ctx, &hcloud.Server{ID: 999999}); !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
 		t.Errorf("shutdown of a missing server: %v, want not_found", err)
+	}
+}
+
+// Labels that break the API's rules are refused, as the real API does.
+func TestImageLabelRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, client, _ := newFake(t, Options{})
+	res, _, err := client.Server.Create(ctx, createOpts("s", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := client.Server.CreateImage(ctx, res.Server, &hcloud.ServerCreateImageOpts{Type: hcloud.ImageTypeSnapshot,
+		Labels: map[string]string{"prebake.dev/pkg-kubelet": "1_d34_d2-1_d1", "empty": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{
+		{"prebake.dev/pkg-kubelet": "1.34.2-1.1~"},
+		{"prebake.dev/pkg-kubelet": "1:1.0"},
+		{"-bad": "x"},
+		{"Bad_Prefix/x": "y"},
+		{"prebake.dev/" + strings.Repeat("k", 64): "x"},
+		{"k": strings.Repeat("v", 64)},
+	} {
+		if _, _, err := client.Image.Update(ctx, img.Image, hcloud.ImageUpdateOpts{Labels: bad}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+			t.Errorf("image labels %v: %v, want invalid_input", bad, err)
+		}
+		if _, _, err := client.Server.Update(ctx, res.Server, hcloud.ServerUpdateOpts{Labels: bad}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+			t.Errorf("server labels %v: %v, want invalid_input", bad, err)
+		}
 	}
 }
