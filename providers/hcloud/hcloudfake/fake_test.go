@@ -371,8 +371,12 @@ func TestShutdownAndPoweroff(t *testing.T) {
 		command string
 		call    func(*hcloud.Server) (*hcloud.Action, *hcloud.Response, error)
 	}{
-		{"shutdown", "shutdown_server", func(s *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return client.Server.Shutdown(ctx, s) }},
-		{"poweroff", "stop_server", func(s *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) { return client.Server.Poweroff(ctx, s) }},
+		{"shutdown", "shutdown_server", func(s *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) {
+			return client.Server.Shutdown(ctx, s)
+		}},
+		{"poweroff", "stop_server", func(s *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) {
+			return client.Server.Poweroff(ctx, s)
+		}},
 	} {
 		res, _, err := client.Server.Create(ctx, createOpts("s-"+stop.name, nil))
 		if err != nil {
