@@ -20,9 +20,11 @@ type ImageGetter interface {
 
 // PushLabels makes the cloud labels of the catalog's images of (provider,
 // location) match the catalog: DesiredLabels replace the image's prebake.dev/
-// labels, and the user's other labels stay. It changes only images whose
-// labels differ, and returns their ids. Call it after every change of the
-// catalog, so that sync can rebuild it.
+// labels, and the user's other labels stay. It also turns delete protection
+// on for every image a channel points to now, so a freshly promoted image is
+// protected before gc first runs (gc alone turns protection off). It changes
+// only images whose labels or protection differ, and returns their ids. Call
+// it after every change of the catalog, so that sync can rebuild it.
 func PushLabels(ctx context.Context, api ImageAPI, c Catalog, provider, location string) (changed []string, err error) {
 	cloud, err := api.ListImages(ctx, nil)
 	if err != nil {
@@ -31,6 +33,10 @@ func PushLabels(ctx context.Context, api ImageAPI, c Catalog, provider, location
 	byID := map[string]CloudImage{}
 	for _, ci := range cloud {
 		byID[ci.ID] = ci
+	}
+	pointed := map[string]bool{}
+	for _, ch := range c.Channels {
+		pointed[ch.Image] = true
 	}
 	var errs []error
 	for _, im := range c.Images {
@@ -48,15 +54,25 @@ func PushLabels(ctx context.Context, api ImageAPI, c Catalog, provider, location
 			continue
 		}
 		merged := mergeLabels(ci.Labels, want)
-		if maps.Equal(merged, ci.Labels) {
-			continue
+		did := false
+		if !maps.Equal(merged, ci.Labels) {
+			if err := api.SetLabels(ctx, im.ID, merged); err != nil {
+				errs = append(errs, fmt.Errorf("image %s: set labels: %w", im.ID, err))
+				continue
+			}
+			slog.InfoContext(ctx, "image labels updated", "image", im.ID)
+			did = true
 		}
-		if err := api.SetLabels(ctx, im.ID, merged); err != nil {
-			errs = append(errs, fmt.Errorf("image %s: set labels: %w", im.ID, err))
-			continue
+		if pointed[im.ID] && !ci.Protected {
+			if err := api.SetDeleteProtection(ctx, im.ID, true); err != nil {
+				errs = append(errs, fmt.Errorf("image %s: protect: %w", im.ID, err))
+				continue
+			}
+			did = true
 		}
-		slog.InfoContext(ctx, "image labels updated", "image", im.ID)
-		changed = append(changed, im.ID)
+		if did {
+			changed = append(changed, im.ID)
+		}
 	}
 	return changed, errors.Join(errs...)
 }

@@ -263,6 +263,11 @@ func TestSyncRebuildsTheCatalogFromLabels(t *testing.T) {
 	if again, err := imagecatalog.PushLabels(ctx, fc.p, c, "hcloud", ""); err != nil || len(again) != 0 {
 		t.Errorf("second push changed %v, %v; want nothing", again, err)
 	}
+	for l, want := range map[string]bool{"A": false, "B": true, "C": false, "D": true, "E": false} {
+		if im, err := fc.p.GetImage(ctx, ids[l]); err != nil || im.Protected != want {
+			t.Errorf("image %s: protected %v, %v; want %v (channel images are protected on push)", l, im.Protected, err, want)
+		}
+	}
 	a, err := fc.p.GetImage(ctx, ids["A"])
 	if err != nil || a.Labels["team"] != "infra" || a.Labels["prebake.dev/channel-stable"] != "history-1" {
 		t.Errorf("image A labels %v, %v; want team=infra kept and stable history-1", a.Labels, err)
