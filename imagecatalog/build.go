@@ -154,6 +154,10 @@ func Build(ctx context.Context, api BuildAPI, store Store, spec BuildSpec, opts 
 		return BuildResult{}, fmt.Errorf("build %s: requested %w", spec.Key(), err)
 	}
 	key := spec.Key()
+	// Check the name before anything costs money.
+	if err := (Name{OS: spec.OS, OSVersion: spec.OSVersion, K8s: spec.K8s, Arch: spec.Arch, Built: opts.Now().UTC()}).Validate(); err != nil {
+		return BuildResult{}, fmt.Errorf("build %s: %w", key, err)
+	}
 	hash := InputsHash(spec.Inputs())
 	where := fmt.Sprintf("build %s inputs %s", key, hash)
 
