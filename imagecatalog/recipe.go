@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -83,7 +84,15 @@ func LoadRecipe(path string) ([]BuildSpec, error) {
 				errs = append(errs, fmt.Errorf("%s.%s is required", where, field))
 			}
 		}
-		if err := s.Manifest().Validate(); err != nil {
+		var missing []string
+		for _, c := range DefaultComponents {
+			if _, ok := ri.Components[c]; !ok {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("%s.components: %s missing: every default component needs an exact version", where, strings.Join(missing, ", ")))
+		} else if err := s.Manifest().Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%s.components: %w", where, err))
 		}
 		if ri.UserDataFile != "" {
