@@ -740,7 +740,7 @@ func TestExamples(t *testing.T) {
 
 		// The first group boots prebaked: its channel resolves in the
 		// example's catalog.
-		cat, _, err := imagecatalog.FileStore{Path: c.ImageCatalog.File}.Load()
+		cat, _, err := imagecatalog.FileStore{Path: c.ImageCatalog.File}.Load(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

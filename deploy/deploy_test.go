@@ -11,6 +11,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/prebake-dev/prebake/config"
+	"github.com/prebake-dev/prebake/imagecatalog"
 )
 
 // TestOverlays renders every overlay and holds it to the policy and to the
@@ -162,7 +163,7 @@ spec:
 			[]string{`container "prebake": no RuntimeDefault`, `container "log-shipper": no RuntimeDefault`}},
 		{"token in a container that doesn't call the cloud", func(s string) string {
 			return strings.Replace(s, "capabilities: {drop: [ALL]}}\n      volumes", "capabilities: {drop: [ALL]}}\n          volumeMounts: [{name: token, mountPath: /t}]\n      volumes", 1)
-		}, []string{`container "log-shipper": reads Secret "hcloud-token", which only [prebake] need`}},
+		}, []string{`container "log-shipper": reads Secret "hcloud-token", which only [prebake image-refresh] need`}},
 		{"token from env in the wrong container", func(s string) string {
 			return strings.Replace(s, "image: shipper", "image: shipper\n          env: [{name: T, valueFrom: {secretKeyRef: {name: hcloud-token, key: token}}}]", 1)
 		}, []string{`container "log-shipper": reads Secret "hcloud-token"`}},
@@ -225,5 +226,53 @@ func TestProviderConfigsLoad(t *testing.T) {
 				t.Errorf("node groups drifted from %s (-example +component):\n%s", tc.example, d)
 			}
 		})
+	}
+}
+
+// TestImageRefreshComponent: the CronJob's recipe loads, its user-data pins
+// exactly the recipe's versions (the build checks what the builder
+// observes against the recipe), and the CronJob runs refresh on the catalog
+// ConfigMap its Role can write.
+func TestImageRefreshComponent(t *testing.T) {
+	t.Parallel()
+	specs, err := imagecatalog.LoadRecipe("components/image-refresh/recipe.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		for c, v := range s.Components {
+			if !strings.Contains(string(s.UserData), " "+c+"="+v+" ") && !strings.Contains(string(s.UserData), " "+c+"="+v+"\n") {
+				t.Errorf("builder-user-data.sh does not pin %s=%s from recipe.yaml", c, v)
+			}
+		}
+	}
+	kc := kubectl(t)
+	objs := decode(t, render(t, kc, stage(t), "hcloud-image-refresh"))
+	cj := find(objs, "CronJob", "prebake-image-refresh")
+	if cj == nil {
+		t.Fatal("no prebake-image-refresh CronJob")
+	}
+	args, _, _ := unstructured.NestedSlice(cj.Object, "spec", "jobTemplate", "spec", "template", "spec", "containers")
+	c, _ := args[0].(map[string]any)
+	got, _, _ := unstructured.NestedStringSlice(c, "args")
+	for _, want := range []string{"images", "refresh", "--catalog=configmap://kube-system/prebake-images", "--recipe=/etc/prebake/recipe/recipe.yaml"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("CronJob args %v lack %q", got, want)
+		}
+	}
+	role := find(objs, "Role", "prebake-image-refresh")
+	if role == nil {
+		t.Fatal("no prebake-image-refresh Role")
+	}
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	var verbs []string
+	for _, r := range rules {
+		rm, _ := r.(map[string]any)
+		vs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+		verbs = append(verbs, vs...)
+	}
+	slices.Sort(verbs)
+	if d := cmp.Diff([]string{"create", "get", "update"}, verbs); d != "" {
+		t.Errorf("Role verbs (-want +got):\n%s", d)
 	}
 }

@@ -14,9 +14,9 @@ import (
 // before kustomize's hash suffix), the only containers that may read it.
 // A Secret not listed here may not be mounted at all: add it with a reason.
 var secretConsumers = map[string][]string{
-	"hcloud-token":       {"prebake"},            // the Hetzner API token: only the provider calls Hetzner
-	"prebake-server-tls": {"prebake"},            // serving certificate and client CA
-	"prebake-client-tls": {"cluster-autoscaler"}, // CA's client certificate for cloud-config
+	"hcloud-token":       {"prebake", "image-refresh"}, // the Hetzner API token: the provider and the image refresh CronJob call Hetzner
+	"prebake-server-tls": {"prebake"},                  // serving certificate and client CA
+	"prebake-client-tls": {"cluster-autoscaler"},       // CA's client certificate for cloud-config
 }
 
 // podSpecPaths says where each workload kind keeps its pod spec.

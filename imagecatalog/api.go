@@ -33,7 +33,8 @@ type CloudImage struct {
 // ImageAPI is the part of a provider's image API the catalog needs. The
 // provider packages implement it; imagecatalog owns it.
 type ImageAPI interface {
-	// ListImages returns the images that carry every label in selector.
+	// ListImages returns the provider's custom images (snapshots) that
+	// carry every label in selector; a nil selector lists them all.
 	ListImages(ctx context.Context, selector map[string]string) ([]CloudImage, error)
 	// SetLabels replaces the image's labels.
 	SetLabels(ctx context.Context, id string, labels map[string]string) error

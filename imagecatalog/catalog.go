@@ -181,15 +181,19 @@ func (c Catalog) Channel(name string, k Key) (Channel, bool) {
 	return c.Channels[i], true
 }
 
-// FindByInputs returns the live (not deprecated) image built from the inputs
-// hash for the key, so a build of the same inputs can stop early.
+// FindByInputs returns the newest live (not deprecated) image built from the
+// inputs hash for the key, so a build of the same inputs can stop early.
+// (There are several when refresh rebuilt an image past its max age.)
 func (c Catalog) FindByInputs(k Key, hash string) (Image, bool) {
+	var found Image
+	ok := false
 	for _, im := range c.Images {
-		if ik, err := im.Key(); err == nil && ik == k && im.InputsHash == hash && im.Deprecated == nil {
-			return im, true
+		if ik, err := im.Key(); err == nil && ik == k && im.InputsHash == hash && im.Deprecated == nil &&
+			(!ok || im.Created.After(found.Created)) {
+			found, ok = im, true
 		}
 	}
-	return Image{}, false
+	return found, ok
 }
 
 // sort puts images and channels in the document's order: images by key, then

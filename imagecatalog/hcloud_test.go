@@ -1,16 +1,13 @@
 package imagecatalog_test
 
 // The acceptance scenario against the Hetzner fake, through the real
-// hcloud-go client: real snapshots, real deletes, real delete protection.
-// The adapter below is what providers/hcloud will implement; it lives in a
-// test file because imagecatalog imports no project package.
+// provider (providers/hcloud) and hcloud-go client: real snapshots, real
+// deletes, real delete protection.
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,87 +15,9 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/prebake-dev/prebake/imagecatalog"
+	hcloudprovider "github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
 )
-
-type hcloudImages struct{ c *hcloud.Client }
-
-func (h hcloudImages) image(id string) (*hcloud.Image, error) {
-	n, err := strconv.ParseInt(id, 10, 64)
-	if err != nil {
-		return nil, err
-	}
-	return &hcloud.Image{ID: n}, nil
-}
-
-func (h hcloudImages) ListImages(ctx context.Context, selector map[string]string) ([]imagecatalog.CloudImage, error) {
-	var sel []string
-	for _, k := range slices.Sorted(maps.Keys(selector)) {
-		sel = append(sel, k+"="+selector[k])
-	}
-	ims, err := h.c.Image.AllWithOpts(ctx, hcloud.ImageListOpts{
-		ListOpts: hcloud.ListOpts{LabelSelector: strings.Join(sel, ",")}, Type: []hcloud.ImageType{hcloud.ImageTypeSnapshot}})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]imagecatalog.CloudImage, 0, len(ims))
-	for _, im := range ims {
-		out = append(out, imagecatalog.CloudImage{ID: strconv.FormatInt(im.ID, 10), Description: im.Description,
-			Labels: im.Labels, Protected: im.Protection.Delete, Created: im.Created})
-	}
-	return out, nil
-}
-
-func (h hcloudImages) SetLabels(ctx context.Context, id string, labels map[string]string) error {
-	im, err := h.image(id)
-	if err != nil {
-		return err
-	}
-	_, _, err = h.c.Image.Update(ctx, im, hcloud.ImageUpdateOpts{Labels: labels})
-	return err
-}
-
-func (h hcloudImages) SetDeleteProtection(ctx context.Context, id string, on bool) error {
-	im, err := h.image(id)
-	if err != nil {
-		return err
-	}
-	a, _, err := h.c.Image.ChangeProtection(ctx, im, hcloud.ImageChangeProtectionOpts{Delete: hcloud.Ptr(on)})
-	if err != nil {
-		return err
-	}
-	return h.c.Action.WaitFor(ctx, a)
-}
-
-func (h hcloudImages) DeleteImage(ctx context.Context, id string) error {
-	im, err := h.image(id)
-	if err != nil {
-		return err
-	}
-	if _, err := h.c.Image.Delete(ctx, im); err != nil && !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
-		return err
-	}
-	return nil
-}
-
-// hcloudInstances lists the cluster's servers and the image each booted from.
-type hcloudInstances struct{ c *hcloud.Client }
-
-func (h hcloudInstances) ListInstances(ctx context.Context) ([]imagecatalog.Instance, error) {
-	servers, err := h.c.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: "prebake.dev/cluster=test"}})
-	if err != nil {
-		return nil, err
-	}
-	var out []imagecatalog.Instance
-	for _, s := range servers {
-		in := imagecatalog.Instance{ID: strconv.FormatInt(s.ID, 10)}
-		if s.Image != nil {
-			in.Image = strconv.FormatInt(s.Image.ID, 10)
-		}
-		out = append(out, in)
-	}
-	return out, nil
-}
 
 func exactVersions() map[string]string {
 	vs := map[string]string{}
@@ -113,6 +32,9 @@ type fakeCloud struct {
 	fake   *hcloudfake.Fake
 	client *hcloud.Client
 	clock  *hcloudfake.Clock
+	// p is the provider under test: the image API and the instance lister
+	// (cluster "test").
+	p *hcloudprovider.Provider
 }
 
 func newFakeCloud(t *testing.T) fakeCloud {
@@ -123,7 +45,11 @@ func newFakeCloud(t *testing.T) fakeCloud {
 	client := hcloud.NewClient(hcloud.WithEndpoint(f.URL()), hcloud.WithToken("test-token"),
 		hcloud.WithRetryOpts(hcloud.RetryOpts{BackoffFunc: hcloud.ConstantBackoff(0), MaxRetries: 0}),
 		hcloud.WithPollOpts(hcloud.PollOpts{BackoffFunc: hcloud.ConstantBackoff(time.Millisecond)}))
-	return fakeCloud{f, client, clk}
+	p, err := hcloudprovider.New(hcloudprovider.Options{Token: "test-token", Endpoint: f.URL(), Cluster: "test", MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fakeCloud{f, client, clk, p}
 }
 
 // publish snapshots a builder server and publishes the snapshot, labelled,
@@ -175,7 +101,7 @@ func TestAcceptanceScenarioHcloudFake(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			fc := newFakeCloud(t)
-			api := hcloudImages{fc.client}
+			api := fc.p
 			var c imagecatalog.Catalog
 			ids := map[string]string{} // letter → hcloud id
 			letter := map[string]string{}
@@ -206,7 +132,7 @@ func TestAcceptanceScenarioHcloudFake(t *testing.T) {
 				}
 			}
 
-			c, plan, err := imagecatalog.GC(ctx, api, hcloudInstances{fc.client}, c, imagecatalog.GCOptions{KeepHistory: 1})
+			c, plan, err := imagecatalog.GC(ctx, api, fc.p, c, imagecatalog.GCOptions{KeepHistory: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -285,7 +211,7 @@ func TestGCStopsAtAFailedDelete(t *testing.T) {
 		ids = append(ids, id)
 	}
 	fc.fake.Fail("DELETE", "/images/"+ids[1], 1, hcloudfake.APIError{Status: 500, Code: "server_error", Message: "boom"})
-	out, _, err := imagecatalog.GC(ctx, hcloudImages{fc.client}, hcloudInstances{fc.client}, c, imagecatalog.GCOptions{KeepHistory: 2})
+	out, _, err := imagecatalog.GC(ctx, fc.p, fc.p, c, imagecatalog.GCOptions{KeepHistory: 2})
 	if err == nil {
 		t.Fatal("gc succeeded despite a failed delete")
 	}
@@ -295,5 +221,99 @@ func TestGCStopsAtAFailedDelete(t *testing.T) {
 	}
 	if d := cmp.Diff(ids[1:], left); d != "" {
 		t.Errorf("catalog after a failed gc (-want +got):\n%s", d)
+	}
+}
+
+// The catalog's labels in the cloud are enough to rebuild it: push them,
+// forget the document, sync, and get the same images and channels back.
+func TestSyncRebuildsTheCatalogFromLabels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fc := newFakeCloud(t)
+	var c imagecatalog.Catalog
+	ids := map[string]string{}
+	for _, l := range []string{"A", "B", "C", "D", "E"} {
+		c, ids[l] = fc.publish(t, ctx, c)
+	}
+	now := fc.clock.Now()
+	var err error
+	for _, l := range []string{"A", "B", "C"} {
+		if c, _, err = imagecatalog.Promote(c, imagecatalog.ChannelStable, ids[l], now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := imagecatalog.Key{OS: "ubuntu-2404", K8sMinor: "1.34", Arch: "amd64", Provider: "hcloud"}
+	if c, err = imagecatalog.Rollback(c, imagecatalog.ChannelStable, key, "canary join failed", now); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err = imagecatalog.Promote(c, imagecatalog.ChannelCandidate, ids["D"], now); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err = imagecatalog.Deprecate(c, ids["E"], "bad kernel", now); err != nil {
+		t.Fatal(err)
+	}
+	// A label of the user's survives the push.
+	if err := fc.p.SetLabels(ctx, ids["A"], map[string]string{"team": "infra", imagecatalog.LabelName: "stale"}); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := imagecatalog.PushLabels(ctx, fc.p, c, "hcloud", "")
+	if err != nil || len(changed) != 5 {
+		t.Fatalf("push labels changed %v, %v; want all 5", changed, err)
+	}
+	if again, err := imagecatalog.PushLabels(ctx, fc.p, c, "hcloud", ""); err != nil || len(again) != 0 {
+		t.Errorf("second push changed %v, %v; want nothing", again, err)
+	}
+	for l, want := range map[string]bool{"A": false, "B": true, "C": false, "D": true, "E": false} {
+		if im, err := fc.p.GetImage(ctx, ids[l]); err != nil || im.Protected != want {
+			t.Errorf("image %s: protected %v, %v; want %v (channel images are protected on push)", l, im.Protected, err, want)
+		}
+	}
+	a, err := fc.p.GetImage(ctx, ids["A"])
+	if err != nil || a.Labels["team"] != "infra" || a.Labels["prebake.dev/channel-stable"] != "history-1" {
+		t.Errorf("image A labels %v, %v; want team=infra kept and stable history-1", a.Labels, err)
+	}
+
+	got, errs := imagecatalog.Sync(ctx, fc.p, "hcloud", "", now)
+	if len(errs) > 0 {
+		t.Fatalf("sync: %v", errs)
+	}
+	// Labels can't carry times, reasons or rollback records; compare the rest.
+	type chView struct {
+		Name, Image string
+		History     []string
+	}
+	view := func(c imagecatalog.Catalog) (ims map[string]bool, chs []chView, deprecated []string) {
+		ims = map[string]bool{}
+		for _, im := range c.Images {
+			ims[im.ID+" "+im.Name+" "+im.InputsHash] = im.Verified != nil
+			if im.Deprecated != nil {
+				deprecated = append(deprecated, im.ID)
+			}
+		}
+		for _, ch := range c.Channels {
+			v := chView{Name: ch.Name + " " + ch.Key.String(), Image: ch.Image}
+			for _, h := range ch.History {
+				v.History = append(v.History, h.Image)
+			}
+			chs = append(chs, v)
+		}
+		return ims, chs, deprecated
+	}
+	wi, wc, wd := view(c)
+	gi, gc, gd := view(got)
+	if d := cmp.Diff(wi, gi); d != "" {
+		t.Errorf("synced images (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(wc, gc); d != "" {
+		t.Errorf("synced channels (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(wd, gd); d != "" {
+		t.Errorf("synced deprecations (-want +got):\n%s", d)
+	}
+	for _, im := range c.Images {
+		g, _ := got.Image(im.ID)
+		if d := cmp.Diff(im.Manifest, g.Manifest); d != "" {
+			t.Errorf("image %s manifest after sync (-want +got):\n%s", im.ID, d)
+		}
 	}
 }

@@ -7,16 +7,31 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
 )
 
 // Revision identifies one stored version of the catalog. Hash is "" when
-// nothing is stored yet.
+// nothing is stored yet; otherwise it is the store's token for the stored
+// bytes: the content hash for a file, the resourceVersion for a ConfigMap.
 type Revision struct {
 	Generation int64
 	Hash       string
+}
+
+// Store keeps the catalog document with compare-and-swap: Save writes only
+// if the stored document is still at the revision the caller loaded, and
+// otherwise fails with an error wrapping ErrConflict. FileStore and
+// ConfigMapStore implement it.
+type Store interface {
+	// Load reads the catalog; nothing stored is an empty catalog at the
+	// zero revision.
+	Load(ctx context.Context) (Catalog, Revision, error)
+	Save(ctx context.Context, c Catalog, rev Revision) (Revision, error)
+	// String names the store in messages: a path, or configmap://ns/name.
+	String() string
 }
 
 // FileStore keeps the catalog document in one file, with compare-and-swap:
@@ -32,7 +47,7 @@ type FileStore struct {
 
 // Load reads the catalog. A missing file is an empty catalog at the zero
 // revision, so the first Save creates it.
-func (s FileStore) Load() (Catalog, Revision, error) {
+func (s FileStore) Load(context.Context) (Catalog, Revision, error) {
 	data, err := os.ReadFile(s.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Catalog{}, Revision{}, nil
@@ -82,14 +97,21 @@ func (s FileStore) Save(ctx context.Context, c Catalog, rev Revision) (Revision,
 }
 
 // maxUpdateAttempts bounds Update's retries on conflict.
-const maxUpdateAttempts = 8
+const maxUpdateAttempts = 16
+
+func (s FileStore) String() string { return s.Path }
+
+// Update is the package function Update on s.
+func (s FileStore) Update(ctx context.Context, fn func(Catalog) (Catalog, error)) (Catalog, error) {
+	return Update(ctx, s, fn)
+}
 
 // Update loads the catalog, applies fn and saves, retrying on conflict with
 // the other writer's result. fn must be a pure function of its argument; it
 // may run more than once.
-func (s FileStore) Update(ctx context.Context, fn func(Catalog) (Catalog, error)) (Catalog, error) {
+func Update(ctx context.Context, s Store, fn func(Catalog) (Catalog, error)) (Catalog, error) {
 	for attempt := 1; ; attempt++ {
-		c, rev, err := s.Load()
+		c, rev, err := s.Load(ctx)
 		if err != nil {
 			return Catalog{}, err
 		}
@@ -103,6 +125,13 @@ func (s FileStore) Update(ctx context.Context, fn func(Catalog) (Catalog, error)
 		}
 		if !errors.Is(err, ErrConflict) || attempt == maxUpdateAttempts {
 			return Catalog{}, err
+		}
+		// Writers that collided would collide again if they retried in
+		// step; a random pause, growing with the attempts, breaks that.
+		select {
+		case <-ctx.Done():
+			return Catalog{}, fmt.Errorf("%w (after %d conflicts)", ctx.Err(), attempt)
+		case <-time.After(time.Duration(rand.Int64N(int64(attempt) * int64(10*time.Millisecond)))):
 		}
 	}
 }

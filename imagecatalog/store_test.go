@@ -70,7 +70,7 @@ func TestFileStoreCompareAndSwap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := FileStore{Path: filepath.Join(t.TempDir(), "catalog.yaml")}
-	c, rev, err := s.Load()
+	c, rev, err := s.Load(context.Background())
 	if err != nil || rev != (Revision{}) || len(c.Images) != 0 {
 		t.Fatalf("Load of a missing file = %v, %v, %v; want an empty catalog", c, rev, err)
 	}
@@ -81,8 +81,8 @@ func TestFileStoreCompareAndSwap(t *testing.T) {
 
 	// Two writers load the same revision; the second to save must not
 	// overwrite the first one's change.
-	c1, rev1, _ := s.Load()
-	c2, rev2, _ := s.Load()
+	c1, rev1, _ := s.Load(context.Background())
+	c2, rev2, _ := s.Load(context.Background())
 	c1 = promote(t, c1, ChannelStable, "A")
 	c2 = must[Catalog](t)(Publish(c2, testImage("B", 1)))
 	if _, err := s.Save(ctx, c1, rev1); err != nil {
@@ -91,7 +91,7 @@ func TestFileStoreCompareAndSwap(t *testing.T) {
 	if _, err := s.Save(ctx, c2, rev2); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second writer's save: %v, want ErrConflict", err)
 	}
-	got, rev, _ := s.Load()
+	got, rev, _ := s.Load(context.Background())
 	if _, ok := got.Channel(ChannelStable, testKey); !ok || len(got.Images) != 1 || rev.Generation != 2 {
 		t.Errorf("after the conflict the file has %d images, stable %v, generation %d; want the first writer's", len(got.Images), ok, rev.Generation)
 	}
@@ -139,7 +139,7 @@ func TestFileStoreUpdateConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	c, rev, err := s.Load()
+	c, rev, err := s.Load(context.Background())
 	if err != nil || len(c.Images) != writers || rev.Generation != writers {
 		t.Errorf("after %d concurrent updates: %d images, generation %d, %v", writers, len(c.Images), rev.Generation, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -18,39 +19,52 @@ import (
 func newImagesCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "images",
-		Short: "Inspect and manage the catalog of prebaked node images",
+		Short: "Build, publish and manage the catalog of prebaked node images",
 		Long: `Work on the image catalog: immutable, named images and the channels
 (stable, candidate, ...) that point to them, per os, k8s minor, arch, provider and
-location. The catalog is a YAML document (--catalog) that writers update with
-compare-and-swap, so two writers never lose each other's changes. See docs/images.md.
-
-This increment works on the catalog file only: build, refresh, publish, deprecate
-and sync, and gc that deletes in the cloud, come later.`,
+location. The catalog is a YAML document in a file or a ConfigMap (--catalog) that
+every writer updates with compare-and-swap, so two writers never lose each other's
+changes. Commands that talk to the cloud (build, refresh, publish, sync, gc) read
+the provider from --config, the ProviderConfig that 'prebake serve' uses; promote,
+rollback and deprecate also push the catalog's labels to the cloud when --config is
+given. Every command that changes something has --dry-run. See docs/images.md.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.PersistentFlags().String("catalog", "images.yaml", "image catalog file")
+	cmd.PersistentFlags().String("catalog", "images.yaml", "image catalog: a file path, file://PATH or configmap://NAMESPACE/NAME")
+	cmd.PersistentFlags().String("kubeconfig", "", "kubeconfig for a configmap:// catalog (default $KUBECONFIG, then in-cluster)")
+	cmd.PersistentFlags().String("config", "", "ProviderConfig file whose provider block gives the image API (as for prebake serve)")
 	cmd.PersistentFlags().StringP("output", "o", "table", "output format: table, json or yaml")
 	cmd.AddCommand(newImagesListCommand(), newImagesShowCommand(), newImagesResolveCommand(),
-		newImagesPromoteCommand(), newImagesRollbackCommand(), newImagesGCCommand())
+		newImagesPromoteCommand(), newImagesRollbackCommand(), newImagesGCCommand(),
+		newImagesPublishCommand(), newImagesDeprecateCommand(), newImagesSyncCommand(),
+		newImagesBuildCommand(), newImagesRefreshCommand())
 	return cmd
 }
 
 // imagesEnv is what every images subcommand reads from the shared flags.
 type imagesEnv struct {
-	store  imagecatalog.FileStore
+	store  imagecatalog.Store
 	output string
 	out    io.Writer
+	// progress receives build and refresh progress: stderr, so -o json
+	// stays parseable.
+	progress io.Writer
 }
 
 func imagesEnvOf(cmd *cobra.Command) (imagesEnv, error) {
-	path, _ := cmd.Flags().GetString("catalog")
+	catalog, _ := cmd.Flags().GetString("catalog")
+	kubeconfig, _ := cmd.Flags().GetString("kubeconfig")
 	output, _ := cmd.Flags().GetString("output")
 	switch output {
 	case "table", "json", "yaml":
 	default:
 		return imagesEnv{}, fmt.Errorf("-o %q: want table, json or yaml", output)
 	}
-	return imagesEnv{store: imagecatalog.FileStore{Path: path}, output: output, out: cmd.OutOrStdout()}, nil
+	store, err := openStore(catalog, kubeconfig)
+	if err != nil {
+		return imagesEnv{}, err
+	}
+	return imagesEnv{store: store, output: output, out: cmd.OutOrStdout(), progress: cmd.ErrOrStderr()}, nil
 }
 
 // loadCatalog is imagesEnvOf plus a read of the catalog, for the commands
@@ -60,7 +74,7 @@ func loadCatalog(cmd *cobra.Command) (imagesEnv, imagecatalog.Catalog, error) {
 	if err != nil {
 		return env, imagecatalog.Catalog{}, err
 	}
-	c, _, err := env.store.Load()
+	c, _, err := env.store.Load(cmd.Context())
 	return env, c, err
 }
 
@@ -158,7 +172,7 @@ func newImagesShowCommand() *cobra.Command {
 			}
 			im, ok := c.Image(args[0])
 			if !ok {
-				return fmt.Errorf("image %q is not in %s: see 'prebake images list'", args[0], env.store.Path)
+				return fmt.Errorf("image %q is not in %s: see 'prebake images list'", args[0], env.store)
 			}
 			row := imageRow{im, imagecatalog.PointersTo(c, im.ID)}
 			return env.write(row, func(w io.Writer) error {
@@ -315,23 +329,31 @@ func newImagesGCCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Plan which images to delete: never a channel's image, its last N history entries, or one in use",
-		Long: `Plan garbage collection of the catalog's images. An image is kept when a channel
-points to it, when it is in the last --keep-history entries of a channel's history, or
-when a live instance uses it (--in-use, until gc lists the provider's instances itself).
-
-Only --dry-run is available in this increment: deleting in the cloud and setting
-delete protection need each provider's image API, which is not wired yet.`,
+		Short: "Delete images no channel, history window or live instance needs",
+		Long: `Garbage-collect the catalog's images. An image is kept when a channel points to
+it, when it is in the last --keep-history entries of a channel's history, or when a
+live instance uses it: the provider's servers of the cluster are listed (with
+--config), and --in-use adds more ids. Delete protection is turned on for channel
+images and off for the rest, then the others are deleted in the cloud and dropped
+from the catalog. --dry-run prints the plan and changes nothing; without --config
+it plans from the catalog and --in-use alone.`,
+		Example: `  prebake images gc --config prod.yaml --catalog configmap://kube-system/prebake-images --dry-run
+  prebake images gc --config prod.yaml --catalog configmap://kube-system/prebake-images --keep-history 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env, err := imagesEnvOf(cmd)
 			if err != nil {
 				return err
 			}
-			if !dryRun {
-				return fmt.Errorf("gc: only --dry-run is implemented so far; deleting needs the provider image API (docs/images.md)")
+			ctx := cmd.Context()
+			cloud, provider, location, err := cloudIfConfigured(cmd)
+			if err != nil {
+				return err
 			}
-			c, _, err := env.store.Load()
+			if cloud == nil && !dryRun {
+				return fmt.Errorf("gc deletes in the cloud: give --config (the ProviderConfig) or use --dry-run")
+			}
+			c, _, err := env.store.Load(ctx)
 			if err != nil {
 				return err
 			}
@@ -339,11 +361,46 @@ delete protection need each provider's image API, which is not wired yet.`,
 			for _, id := range inUse {
 				used[id] = true
 			}
-			plan, err := imagecatalog.PlanGC(c, imagecatalog.GCOptions{KeepHistory: keep, InUse: used})
-			if err != nil {
-				return err
+			if cloud != nil {
+				live, err := cloud.ListInstances(ctx)
+				if err != nil {
+					return err
+				}
+				for _, in := range live {
+					if in.Image != "" {
+						used[in.Image] = true
+					}
+				}
 			}
-			return env.write(plan, func(w io.Writer) error {
+			opts := imagecatalog.GCOptions{KeepHistory: keep, InUse: used}
+			var plan imagecatalog.GCPlan
+			var gcErr error
+			if dryRun {
+				if plan, err = imagecatalog.PlanGC(c, opts); err != nil {
+					return err
+				}
+			} else {
+				// GC lists the live instances again right before deleting.
+				var after imagecatalog.Catalog
+				after, plan, gcErr = imagecatalog.GC(ctx, cloud, cloud, c, opts)
+				var gone []string
+				for _, im := range c.Images {
+					if _, ok := after.Image(im.ID); !ok {
+						gone = append(gone, im.ID)
+					}
+				}
+				saved, err := imagecatalog.Update(ctx, env.store, func(cur imagecatalog.Catalog) (imagecatalog.Catalog, error) {
+					return imagecatalog.Forget(cur, gone)
+				})
+				if err != nil {
+					return errors.Join(gcErr, fmt.Errorf("gc: deleted %v in the cloud but could not save the catalog: %w", gone, err))
+				}
+				if _, err := imagecatalog.PushLabels(ctx, cloud, saved, provider, location); err != nil {
+					gcErr = errors.Join(gcErr, err)
+				}
+			}
+			if err := env.write(plan, func(w io.Writer) error {
+				verb := map[bool]string{true: "would delete", false: "delete"}[dryRun]
 				fmt.Fprintln(w, "IMAGE\tNAME\tACTION\tWHY")
 				for _, k := range plan.Keep {
 					im, _ := c.Image(k.ID)
@@ -351,29 +408,46 @@ delete protection need each provider's image API, which is not wired yet.`,
 				}
 				for _, id := range plan.Delete {
 					im, _ := c.Image(id)
-					fmt.Fprintf(w, "%s\t%s\tdelete\tno channel, history window or live instance needs it\n", id, im.Name)
+					fmt.Fprintf(w, "%s\t%s\t%s\tno channel, history window or live instance needs it\n", id, im.Name, verb)
 				}
 				return nil
-			})
+			}); err != nil {
+				return err
+			}
+			return gcErr
 		},
 	}
 	cmd.Flags().IntVar(&keep, "keep-history", imagecatalog.DefaultKeepHistory, "history entries to keep per channel")
-	cmd.Flags().StringSliceVar(&inUse, "in-use", nil, "image ids live instances use (comma-separated)")
+	cmd.Flags().StringSliceVar(&inUse, "in-use", nil, "more image ids that live instances use (comma-separated)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan without deleting anything")
 	return cmd
 }
 
 // updateCatalog applies fn to the stored catalog with compare-and-swap, or
-// only in memory under --dry-run.
+// only in memory under --dry-run. After a save it pushes the catalog's
+// labels (channel pointers, deprecation) to the cloud when --config is
+// given, so that sync can rebuild the catalog.
 func updateCatalog(cmd *cobra.Command, env imagesEnv, dryRun bool, fn func(imagecatalog.Catalog) (imagecatalog.Catalog, error)) (imagecatalog.Catalog, error) {
+	ctx := cmd.Context()
 	if dryRun {
-		c, _, err := env.store.Load()
+		c, _, err := env.store.Load(ctx)
 		if err != nil {
 			return c, err
 		}
 		return fn(c)
 	}
-	return env.store.Update(cmd.Context(), fn)
+	cloud, provider, location, err := cloudIfConfigured(cmd)
+	if err != nil {
+		return imagecatalog.Catalog{}, err
+	}
+	c, err := imagecatalog.Update(ctx, env.store, fn)
+	if err != nil || cloud == nil {
+		return c, err
+	}
+	if _, err := imagecatalog.PushLabels(ctx, cloud, c, provider, location); err != nil {
+		return c, fmt.Errorf("the catalog was saved, but its labels were not all pushed to the cloud (run the command again): %w", err)
+	}
+	return c, nil
 }
 
 func dash(s string) string {

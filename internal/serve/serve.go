@@ -375,7 +375,7 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 // fileCatalog is the image catalog kept in a file (imageCatalog.file).
 type fileCatalog struct{ store imagecatalog.FileStore }
 
-func (f fileCatalog) LoadCatalog(context.Context) (imagecatalog.Catalog, error) {
-	c, _, err := f.store.Load()
+func (f fileCatalog) LoadCatalog(ctx context.Context) (imagecatalog.Catalog, error) {
+	c, _, err := f.store.Load(ctx)
 	return c, err
 }

@@ -339,6 +339,11 @@ func (f *Fake) route(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if ok {
 			f.createImage(w, r, id, now)
 		}
+	case len(parts) == 4 && parts[0] == "servers" && parts[2] == "actions" && (parts[3] == "shutdown" || parts[3] == "poweroff") && r.Method == http.MethodPost:
+		id, ok := parseID(w, parts[1])
+		if ok {
+			f.stopServer(w, id, parts[3], now)
+		}
 	case len(parts) == 1 && parts[0] == "actions" && r.Method == http.MethodGet:
 		f.listActions(w, r)
 	case len(parts) == 2 && parts[0] == "actions" && r.Method == http.MethodGet:
@@ -560,6 +565,10 @@ func (f *Fake) updateServer(w http.ResponseWriter, r *http.Request, id int64, no
 		s.schema.Name = req.Name
 	}
 	if req.Labels != nil {
+		if err := checkLabels(*req.Labels); err != nil {
+			writeError(w, invalidInput(err.Error()))
+			return
+		}
 		s.schema.Labels = maps.Clone(*req.Labels)
 	}
 	writeJSON(w, http.StatusOK, schema.ServerUpdateResponse{Server: f.view(s, now)})

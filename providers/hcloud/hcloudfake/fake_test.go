@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -356,5 +357,81 @@ func TestUnauthorized(t *testing.T) {
 	var apiErr hcloud.Error
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("%T is not hcloud.Error", err)
+	}
+}
+
+// Shutdown and poweroff run as actions; the server is off when they end, as
+// an image build needs before create_image.
+func TestShutdownAndPoweroff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, client, clk := newFake(t, Options{ActionDelay: 5 * time.Second})
+	for _, stop := range []struct {
+		name    string
+		command string
+		call    func(*hcloud.Server) (*hcloud.Action, *hcloud.Response, error)
+	}{
+		{"shutdown", "shutdown_server", func(s *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) {
+			return client.Server.Shutdown(ctx, s)
+		}},
+		{"poweroff", "stop_server", func(s *hcloud.Server) (*hcloud.Action, *hcloud.Response, error) {
+			return client.Server.Poweroff(ctx, s)
+		}},
+	} {
+		res, _, err := client.Server.Create(ctx, createOpts("s-"+stop.name, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Second)
+		a, _, err := stop.call(res.Server)
+		if err != nil {
+			t.Fatalf("%s: %v", stop.name, err)
+		}
+		if a.Command != stop.command || a.Status != hcloud.ActionStatusRunning {
+			t.Errorf("%s action = %s %s, want %s running", stop.name, a.Command, a.Status, stop.command)
+		}
+		s, _, _ := client.Server.GetByID(ctx, res.Server.ID)
+		if s.Status != hcloud.ServerStatusRunning {
+			t.Errorf("%s: status %s while the action runs, want running", stop.name, s.Status)
+		}
+		clk.Advance(5 * time.Second)
+		s, _, _ = client.Server.GetByID(ctx, res.Server.ID)
+		if s.Status != hcloud.ServerStatusOff {
+			t.Errorf("%s: status %s after the action, want off", stop.name, s.Status)
+		}
+	}
+	if _, _, err := client.Server.Shutdown(ctx, &hcloud.Server{ID: 999999}); !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		t.Errorf("shutdown of a missing server: %v, want not_found", err)
+	}
+}
+
+// Labels that break the API's rules are refused, as the real API does.
+func TestImageLabelRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, client, _ := newFake(t, Options{})
+	res, _, err := client.Server.Create(ctx, createOpts("s", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := client.Server.CreateImage(ctx, res.Server, &hcloud.ServerCreateImageOpts{Type: hcloud.ImageTypeSnapshot,
+		Labels: map[string]string{"prebake.dev/pkg-kubelet": "1_d34_d2-1_d1", "empty": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{
+		{"prebake.dev/pkg-kubelet": "1.34.2-1.1~"},
+		{"prebake.dev/pkg-kubelet": "1:1.0"},
+		{"-bad": "x"},
+		{"Bad_Prefix/x": "y"},
+		{"prebake.dev/" + strings.Repeat("k", 64): "x"},
+		{"k": strings.Repeat("v", 64)},
+	} {
+		if _, _, err := client.Image.Update(ctx, img.Image, hcloud.ImageUpdateOpts{Labels: bad}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+			t.Errorf("image labels %v: %v, want invalid_input", bad, err)
+		}
+		if _, _, err := client.Server.Update(ctx, res.Server, hcloud.ServerUpdateOpts{Labels: bad}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+			t.Errorf("server labels %v: %v, want invalid_input", bad, err)
+		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
@@ -83,6 +85,10 @@ func (f *Fake) createImage(w http.ResponseWriter, r *http.Request, serverID int6
 		im.schema.Description = *req.Description
 	}
 	if req.Labels != nil {
+		if err := checkLabels(*req.Labels); err != nil {
+			writeError(w, invalidInput(err.Error()))
+			return
+		}
 		im.schema.Labels = maps.Clone(*req.Labels)
 	}
 	f.images[im.schema.ID] = im
@@ -96,6 +102,49 @@ func (f *Fake) createImage(w http.ResponseWriter, r *http.Request, serverID int6
 	}
 	f.settle(now)
 	writeJSON(w, http.StatusCreated, schema.ServerActionCreateImageResponse{Action: a.schema, Image: im.schema})
+}
+
+var (
+	labelName   = regexp.MustCompile(`^[a-z0-9A-Z]([-a-z0-9_.A-Z]*[a-z0-9A-Z])?$`)
+	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// checkLabels applies the API's label rules: a key is an optional DNS
+// subdomain prefix and "/", then a name of at most 63 characters; a value is
+// empty or like a name. The real API refuses anything else with
+// invalid_input, so a client that builds bad labels fails here too.
+func checkLabels(labels map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		name := k
+		if i := strings.LastIndex(k, "/"); i >= 0 {
+			prefix := k[:i]
+			name = k[i+1:]
+			if len(prefix) > 253 || !labelPrefix.MatchString(prefix) {
+				return fmt.Errorf("label key %q: the prefix must be a DNS subdomain", k)
+			}
+		}
+		if len(name) > 63 || !labelName.MatchString(name) {
+			return fmt.Errorf("label key %q: the name must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k)
+		}
+		if v := labels[k]; v != "" && (len(v) > 63 || !labelName.MatchString(v)) {
+			return fmt.Errorf("label %s: value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k, v)
+		}
+	}
+	return nil
+}
+
+// stopServer answers shutdown (ACPI, graceful) and poweroff: the server is
+// "off" once the action ends, as image builds want before a snapshot.
+func (f *Fake) stopServer(w http.ResponseWriter, id int64, command string, now time.Time) {
+	s, ok := f.servers[id]
+	if !ok || !s.deleteAt.IsZero() {
+		notFound(w)
+		return
+	}
+	a := f.newAction(map[string]string{"shutdown": "shutdown_server", "poweroff": "stop_server"}[command], now, schema.ActionResourceReference{ID: id, Type: "server"})
+	a.onDone = func() { s.started = false }
+	f.settle(now)
+	writeJSON(w, http.StatusCreated, schema.ServerActionShutdownResponse{Action: a.schema})
 }
 
 func (f *Fake) updateImage(w http.ResponseWriter, r *http.Request, id int64, _ time.Time) {
@@ -112,6 +161,12 @@ func (f *Fake) updateImage(w http.ResponseWriter, r *http.Request, id int64, _ t
 	if im.schema.Type == "system" {
 		writeError(w, APIError{http.StatusForbidden, "forbidden", "system images can't be changed"})
 		return
+	}
+	if req.Labels != nil {
+		if err := checkLabels(*req.Labels); err != nil {
+			writeError(w, invalidInput(err.Error()))
+			return
+		}
 	}
 	if req.Description != nil {
 		im.schema.Description = *req.Description
@@ -163,7 +218,8 @@ func (f *Fake) changeImageProtection(w http.ResponseWriter, r *http.Request, id 
 	}
 	a := f.newAction("change_protection", now, schema.ActionResourceReference{ID: id, Type: "image"})
 	// Protection changes take effect at once; only the action is reported
-	// as running for ActionDelay.
+	// as running for ActionDelay (none when it is 0).
+	f.settle(now)
 	writeJSON(w, http.StatusCreated, schema.ImageActionChangeProtectionResponse{Action: a.schema})
 }
 

@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
+)
+
+// cliCloud is the Hetzner fake and a ProviderConfig pointing at it, as
+// `prebake images --config` reads it.
+type cliCloud struct {
+	fake   *hcloudfake.Fake
+	client *hc.Client
+	config string
+	dir    string
+}
+
+func newCLICloud(t *testing.T) cliCloud {
+	t.Helper()
+	f := hcloudfake.New(hcloudfake.Options{Token: "cli-token"})
+	t.Cleanup(f.Close)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("cli-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`apiVersion: prebake.dev/v1alpha1
+kind: ProviderConfig
+clusterName: test
+providers:
+  hcloud:
+    token: {file: %s}
+    endpoint: %s
+nodeGroups:
+  - {id: g, provider: hcloud, minSize: 0, maxSize: 3, machineType: cx22, location: fsn1}
+`, token, f.URL())
+	path := filepath.Join(dir, "prebake.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := hc.NewClient(hc.WithEndpoint(f.URL()), hc.WithToken("cli-token"))
+	return cliCloud{f, client, path, dir}
+}
+
+// runImagesSplit runs `prebake images` with stdout and stderr apart, so -o
+// json output stays parseable next to progress lines.
+func runImagesSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := newImagesCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err = cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// snapshot makes an unlabelled snapshot, as Packer would, and returns its id.
+func (c cliCloud) snapshot(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	res, _, err := c.client.Server.Create(ctx, hc.ServerCreateOpts{Name: name, ServerType: &hc.ServerType{Name: "cx22"},
+		Image: &hc.Image{Name: "ubuntu-24.04"}, Location: &hc.Location{Name: "fsn1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := c.client.Server.CreateImage(ctx, res.Server, &hc.ServerCreateImageOpts{Type: hc.ImageTypeSnapshot, Description: hc.Ptr(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.client.Server.DeleteWithResult(ctx, res.Server); err != nil {
+		t.Fatal(err)
+	}
+	return strconv.FormatInt(img.Image.ID, 10)
+}
+
+func (c cliCloud) snapshotIDs(t *testing.T) []string {
+	t.Helper()
+	ims, err := c.client.Image.AllWithOpts(context.Background(), hc.ImageListOpts{Type: []hc.ImageType{hc.ImageTypeSnapshot}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, im := range ims {
+		ids = append(ids, strconv.FormatInt(im.ID, 10))
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func cliVersions() map[string]string {
+	vs := map[string]string{}
+	for _, c := range imagecatalog.DefaultComponents {
+		vs[c] = "1.0.0-1"
+	}
+	vs["kubelet"], vs["kubeadm"], vs["kubectl"] = "1.34.2-1.1", "1.34.2-1.1", "1.34.2-1.1"
+	return vs
+}
+
+// The acceptance scenario through the CLI and the real hcloud image API:
+// publish A-E, promote A, B, C to stable, roll back, candidate -> D, gc
+// --keep-history 1 deletes C and E in the cloud (only E with a live
+// instance on C); then sync rebuilds the catalog from the labels alone.
+func TestImagesCLIScenarioAgainstHcloudFake(t *testing.T) {
+	t.Parallel()
+	for _, liveOnC := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no live instance", true: "live instance on C"}[liveOnC], func(t *testing.T) {
+			t.Parallel()
+			cloud := newCLICloud(t)
+			cat := filepath.Join(cloud.dir, "images.yaml")
+			manifest := filepath.Join(cloud.dir, "manifest.yaml")
+			mdata, _ := yaml.Marshal(imagecatalog.DefaultManifest(cliVersions()))
+			if err := os.WriteFile(manifest, mdata, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ids, letter := map[string]string{}, map[string]string{}
+			for i, l := range []string{"A", "B", "C", "D", "E"} {
+				id := cloud.snapshot(t, "packer-"+l)
+				ids[l], letter[id] = id, l
+				name := fmt.Sprintf("prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t%02d04", 10+i)
+				if out, _, err := runImagesSplit(t, "publish", id, "--config", cloud.config, "--catalog", cat, "--name", name,
+					"--inputs-hash", fmt.Sprintf("%032x", i), "--manifest", manifest, "--verified", "goss in CI"); err != nil {
+					t.Fatalf("publish %s: %v\n%s", l, err, out)
+				}
+			}
+			steps := [][]string{
+				{"promote", ids["A"]}, {"promote", ids["B"]}, {"promote", ids["C"]},
+				{"rollback", "--reason", "C fails canary join"},
+				{"promote", ids["D"], "--channel", "candidate"},
+			}
+			for _, s := range steps {
+				if out, _, err := runImagesSplit(t, append(s, "--catalog", cat, "--config", cloud.config)...); err != nil {
+					t.Fatalf("%v: %v\n%s", s, err, out)
+				}
+			}
+			if liveOnC {
+				if _, _, err := cloud.client.Server.Create(context.Background(), hc.ServerCreateOpts{Name: "node-1",
+					ServerType: &hc.ServerType{Name: "cx22"}, Image: &hc.Image{ID: mustInt(t, ids["C"])},
+					Location: &hc.Location{Name: "fsn1"}, Labels: map[string]string{"prebake.dev/cluster": "test"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The dry run deletes nothing but already sees the live instance.
+			out, _, err := runImagesSplit(t, "gc", "--keep-history", "1", "--dry-run", "--catalog", cat, "--config", cloud.config, "-o", "json")
+			var plan imagecatalog.GCPlan
+			if err != nil || json.Unmarshal([]byte(out), &plan) != nil {
+				t.Fatalf("gc --dry-run: %v\n%s", err, out)
+			}
+			if n := len(cloud.snapshotIDs(t)); n != 5 {
+				t.Errorf("gc --dry-run left %d of 5 snapshots", n)
+			}
+			if out, _, err = runImagesSplit(t, "gc", "--keep-history", "1", "--catalog", cat, "--config", cloud.config); err != nil {
+				t.Fatalf("gc: %v\n%s", err, out)
+			}
+			want := []string{ids["A"], ids["B"], ids["D"]}
+			if liveOnC {
+				want = append(want, ids["C"])
+			}
+			slices.Sort(want)
+			if d := cmp.Diff(want, cloud.snapshotIDs(t)); d != "" {
+				t.Errorf("snapshots after gc (-want +got):\n%s", d)
+			}
+			var planned []string
+			for _, id := range plan.Delete {
+				planned = append(planned, letter[id])
+			}
+			wantPlanned := []string{"C", "E"}
+			if liveOnC {
+				wantPlanned = []string{"E"}
+			}
+			if d := cmp.Diff(wantPlanned, planned); d != "" {
+				t.Errorf("dry-run plan deletes (-want +got):\n%s", d)
+			}
+			im, _, err := cloud.client.Image.GetByID(context.Background(), mustInt(t, ids["B"]))
+			if err != nil || !im.Protection.Delete || im.Labels["prebake.dev/channel-stable"] != "current" {
+				t.Errorf("stable image B: protected %v, labels %v, %v", im != nil && im.Protection.Delete, im.Labels, err)
+			}
+
+			// Sync into an empty catalog: stable still resolves to B.
+			fresh := filepath.Join(cloud.dir, "synced.yaml")
+			if out, _, err := runImagesSplit(t, "sync", "--catalog", fresh, "--config", cloud.config); err != nil {
+				t.Fatalf("sync: %v\n%s", err, out)
+			}
+			out, _, err = runImagesSplit(t, "resolve", "--catalog", fresh)
+			if err != nil || out != ids["B"]+"\n" {
+				t.Errorf("resolve stable after sync = %q, %v; want B (%s)", out, err, ids["B"])
+			}
+			out, _, err = runImagesSplit(t, "resolve", "--catalog", fresh, "--channel", "candidate")
+			if err != nil || out != ids["D"]+"\n" {
+				t.Errorf("resolve candidate after sync = %q, %v; want D (%s)", out, err, ids["D"])
+			}
+		})
+	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var aptPinRE = regexp.MustCompile(`([a-z0-9.+-]+)=([0-9A-Za-z.+~:_-]+)`)
+
+// runBuilderAgent plays the builder VM until ctx ends: for each builder
+// server without a report, it reads the user-data the fake received,
+// "installs" what it pins and writes the report labels, as the builder's
+// report step does. tamper edits the report first.
+func runBuilderAgent(ctx context.Context, t *testing.T, cloud cliCloud, tamper func(*imagecatalog.Report)) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, s := range cloud.fake.Servers() {
+			if s.Labels[imagecatalog.LabelBuilder] == "" || s.Labels[imagecatalog.LabelReport] != "" || s.Status == "deleting" {
+				continue
+			}
+			r := imagecatalog.Report{Status: "done", Hygiene: map[string]bool{}, Observed: imagecatalog.Manifest{
+				Components: map[string]string{}, Sysctls: maps.Clone(imagecatalog.DefaultSysctls),
+				Modules: slices.Clone(imagecatalog.DefaultModules), UnattendedUpgradesDisabled: true}}
+			for _, m := range aptPinRE.FindAllStringSubmatch(s.UserData, -1) {
+				r.Observed.Components[m[1]] = m[2]
+			}
+			for _, c := range imagecatalog.HygieneChecks {
+				r.Hygiene[c] = true
+			}
+			if tamper != nil {
+				tamper(&r)
+			}
+			labels, err := imagecatalog.ReportLabels(r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			maps.Copy(labels, s.Labels)
+			if _, _, err := cloud.client.Server.Update(ctx, &hc.Server{ID: s.ID}, hc.ServerUpdateOpts{Labels: labels}); err != nil && ctx.Err() == nil {
+				t.Errorf("builder agent: %v", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func writeRecipe(t *testing.T, dir string, versions map[string]string) string {
+	t.Helper()
+	var script strings.Builder
+	script.WriteString("#!/bin/sh\nset -eu\napt-get install -y")
+	for _, c := range slices.Sorted(maps.Keys(versions)) {
+		script.WriteString(" " + c + "=" + versions[c])
+	}
+	if err := os.WriteFile(filepath.Join(dir, "builder.sh"), []byte(script.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	comps, _ := yaml.Marshal(versions)
+	recipe := `apiVersion: prebake.dev/v1alpha1
+kind: ImageRecipe
+images:
+  - os: ubuntu
+    osVersion: "2404"
+    kubernetes: 1.34.2
+    arch: amd64
+    provider: hcloud
+    baseImage: ubuntu-24.04
+    machineType: cx22
+    builderLocation: fsn1
+    userDataFile: builder.sh
+    components:
+` + indent(string(comps), "      ")
+	path := filepath.Join(dir, "recipe.yaml")
+	if err := os.WriteFile(path, []byte(recipe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func indent(s, pre string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = pre + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// A build through the CLI produces a labelled candidate whose manifest is
+// the requested one; building the same inputs again creates nothing; a
+// report with a wrong version publishes nothing.
+func TestImagesCLIBuild(t *testing.T) {
+	t.Parallel()
+	cloud := newCLICloud(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); runBuilderAgent(ctx, t, cloud, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cat := filepath.Join(cloud.dir, "images.yaml")
+	recipe := writeRecipe(t, cloud.dir, cliVersions())
+	build := func(extra ...string) ([]imagecatalog.BuildResult, string) {
+		t.Helper()
+		out, progress, err := runImagesSplit(t, append([]string{"build", "--recipe", recipe, "--catalog", cat, "--config", cloud.config,
+			"--poll", "5ms", "-o", "json"}, extra...)...)
+		if err != nil {
+			t.Fatalf("build: %v\nprogress:\n%s", err, progress)
+		}
+		var res []imagecatalog.BuildResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil || len(res) != 1 {
+			t.Fatalf("build -o json: %v\n%s", err, out)
+		}
+		return res, progress
+	}
+	res, progress := build()
+	if !res[0].Built || !strings.Contains(progress, "waiting for its report") && !strings.Contains(progress, "verified") {
+		t.Fatalf("first build = %+v\nprogress:\n%s", res[0], progress)
+	}
+	if d := cmp.Diff(imagecatalog.DefaultManifest(cliVersions()), res[0].Image.Manifest); d != "" {
+		t.Errorf("built manifest (-requested +got):\n%s", d)
+	}
+	out, _, err := runImagesSplit(t, "resolve", "--catalog", cat, "--channel", "candidate")
+	if err != nil || out != res[0].Image.ID+"\n" {
+		t.Errorf("resolve candidate = %q, %v; want %s", out, err, res[0].Image.ID)
+	}
+	posts := cloud.fake.Calls("POST", "/servers")
+	again, _ := build()
+	if again[0].Built || again[0].Image.ID != res[0].Image.ID || cloud.fake.Calls("POST", "/servers") != posts {
+		t.Errorf("second build = %+v (%d new servers), want nothing built", again[0], cloud.fake.Calls("POST", "/servers")-posts)
+	}
+	if n := len(cloud.snapshotIDs(t)); n != 1 {
+		t.Errorf("%d snapshots, want 1", n)
+	}
+
+	// New inputs, --dry-run: nothing is booted.
+	v2 := cliVersions()
+	v2["containerd"] = "1.0.1-1"
+	recipe = writeRecipe(t, cloud.dir, v2)
+	dry, _ := build("--dry-run")
+	if !dry[0].DryRun || cloud.fake.Calls("POST", "/servers") != posts {
+		t.Errorf("dry-run build = %+v, %d servers created", dry[0], cloud.fake.Calls("POST", "/servers")-posts)
+	}
+}
+
+func TestImagesCLIBuildRejectsBadReport(t *testing.T) {
+	t.Parallel()
+	cloud := newCLICloud(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runBuilderAgent(ctx, t, cloud, func(r *imagecatalog.Report) {
+			r.Observed.Components["kubelet"] = "1.34.3-1.1"
+			r.Hygiene["ssh-host-keys"] = false
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	cat := filepath.Join(cloud.dir, "images.yaml")
+	_, _, err := runImagesSplit(t, "build", "--recipe", writeRecipe(t, cloud.dir, cliVersions()), "--catalog", cat,
+		"--config", cloud.config, "--poll", "5ms")
+	if err == nil || !strings.Contains(err.Error(), "kubelet: want 1.34.2-1.1, got 1.34.3-1.1") || !strings.Contains(err.Error(), "ssh-host-keys failed") {
+		t.Fatalf("build with a bad report: %v, want the version and host key named", err)
+	}
+	if n := len(cloud.snapshotIDs(t)); n != 0 {
+		t.Errorf("%d snapshots after a failed build, want 0", n)
+	}
+	if _, err := os.Stat(cat); !os.IsNotExist(err) {
+		t.Errorf("the catalog was written by a failed build (%v)", err)
+	}
+}
+
+func TestImagesCLIRefreshPromotesOnlyWithCanary(t *testing.T) {
+	t.Parallel()
+	cloud := newCLICloud(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); runBuilderAgent(ctx, t, cloud, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cat := filepath.Join(cloud.dir, "images.yaml")
+	recipe := writeRecipe(t, cloud.dir, cliVersions())
+	args := []string{"refresh", "--recipe", recipe, "--catalog", cat, "--config", cloud.config, "--poll", "5ms", "--max-age", "168h"}
+	out, _, err := runImagesSplit(t, args...)
+	if err != nil || !strings.Contains(out, "no canary configured") {
+		t.Fatalf("refresh without canary: %v\n%s", err, out)
+	}
+	if _, _, err := runImagesSplit(t, "resolve", "--catalog", cat); err == nil {
+		t.Error("stable resolves after a refresh without canary")
+	}
+	marker := filepath.Join(cloud.dir, "canary-saw")
+	if _, _, err := runImagesSplit(t, append(args, "--canary-command", "exit 3")...); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("refresh with a failing canary: %v, want its exit status", err)
+	}
+	out, _, err = runImagesSplit(t, append(args, "--canary-command", `echo "$PREBAKE_IMAGE_ID" > `+marker, "-o", "json")...)
+	var res []imagecatalog.RefreshResult
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || len(res) != 1 || !res[0].Promoted || res[0].Built {
+		t.Fatalf("refresh with a passing canary: %v\n%s", err, out)
+	}
+	saw, _ := os.ReadFile(marker)
+	stable, _, err := runImagesSplit(t, "resolve", "--catalog", cat)
+	if err != nil || stable != string(saw) || stable != res[0].Image+"\n" {
+		t.Errorf("stable = %q, %v; the canary saw %q; want %s", stable, err, saw, res[0].Image)
+	}
+}
+
+func TestImagesCatalogFlag(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"configmap://ns", "configmap:///name", "configmap://ns/a/b", "s3://bucket/x"} {
+		if _, _, err := runImagesSplit(t, "list", "--catalog", bad); err == nil || !strings.Contains(err.Error(), "--catalog") {
+			t.Errorf("--catalog %s: %v, want an error naming the flag", bad, err)
+		}
+	}
+	cat := "file://" + imagesCatalog(t)
+	if out, _, err := runImagesSplit(t, "list", "--catalog", cat); err != nil || !strings.Contains(out, "\nA ") {
+		t.Errorf("list --catalog %s: %v\n%s", cat, err, out)
+	}
+	if _, _, err := runImagesSplit(t, "publish", "1", "--catalog", cat); err == nil || !strings.Contains(err.Error(), "give --config") {
+		t.Errorf("publish without --config: %v", err)
+	}
+}
+
+// deprecate, publish and sync under --dry-run change neither the catalog nor
+// the cloud; without it, deprecate labels the image.
+func TestImagesCLIDryRunsAndDeprecate(t *testing.T) {
+	t.Parallel()
+	cloud := newCLICloud(t)
+	cat := filepath.Join(cloud.dir, "images.yaml")
+	manifest := filepath.Join(cloud.dir, "manifest.yaml")
+	mdata, _ := yaml.Marshal(imagecatalog.DefaultManifest(cliVersions()))
+	if err := os.WriteFile(manifest, mdata, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := cloud.snapshot(t, "packer")
+	publish := []string{"publish", id, "--config", cloud.config, "--catalog", cat, "--name", "prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t1504",
+		"--inputs-hash", strings.Repeat("a", 32), "--manifest", manifest, "--verified", "ci", "--channel", "candidate"}
+	labels := func() map[string]string {
+		im, _, err := cloud.client.Image.GetByID(context.Background(), mustInt(t, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return im.Labels
+	}
+	if out, _, err := runImagesSplit(t, append(publish, "--dry-run")...); err != nil || !strings.Contains(out, "would publish") {
+		t.Fatalf("publish --dry-run: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(cat); !os.IsNotExist(err) || len(labels()) != 0 {
+		t.Fatalf("publish --dry-run wrote the catalog (%v) or labels %v", err, labels())
+	}
+	if out, _, err := runImagesSplit(t, publish...); err != nil {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	if l := labels(); l["prebake.dev/channel-candidate"] != "current" || l["prebake.dev/verified"] != "true" {
+		t.Errorf("labels after publish: %v", l)
+	}
+	before, _ := os.ReadFile(cat)
+	if out, _, err := runImagesSplit(t, "deprecate", id, "--reason", "CVE", "--dry-run", "--config", cloud.config, "--catalog", cat); err != nil || !strings.Contains(out, "would be deprecated") {
+		t.Errorf("deprecate --dry-run: %v\n%s", err, out)
+	}
+	if out, _, err := runImagesSplit(t, "sync", "--dry-run", "--config", cloud.config, "--catalog", cat); err != nil || !strings.Contains(out, "would sync 1 images and 1 channels") {
+		t.Errorf("sync --dry-run: %v\n%s", err, out)
+	}
+	after, _ := os.ReadFile(cat)
+	if !bytes.Equal(before, after) || labels()[imagecatalog.LabelDeprecated] != "" {
+		t.Fatal("a --dry-run changed the catalog or the labels")
+	}
+	out, _, err := runImagesSplit(t, "deprecate", id, "--reason", "CVE", "--config", cloud.config, "--catalog", cat)
+	if err != nil || !strings.Contains(out, "channels still naming it: candidate") {
+		t.Errorf("deprecate: %v\n%s", err, out)
+	}
+	if labels()[imagecatalog.LabelDeprecated] != "true" {
+		t.Errorf("labels after deprecate: %v", labels())
+	}
+	if _, _, err := runImagesSplit(t, "resolve", "--catalog", cat, "--channel", "candidate"); err == nil || !strings.Contains(err.Error(), "deprecated") {
+		t.Errorf("resolve of a deprecated candidate: %v, want deprecated", err)
+	}
+}

@@ -1,0 +1,114 @@
+package imagecatalog
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Report is a builder's verification report: what it observed in the image
+// it built, and the hygiene checks.
+type Report struct {
+	// Status is "done", or "failed" when the builder's install failed.
+	Status string
+	// Observed is the manifest as the builder found it installed
+	// (dpkg-query, --version), never the requested one.
+	Observed Manifest
+	// Hygiene maps each check in HygieneChecks to whether it passed.
+	Hygiene map[string]bool
+}
+
+// ReportLabels are the labels a builder writes on its own server. Tests use
+// it to play the builder; the builder script writes the same keys.
+func ReportLabels(r Report) (map[string]string, error) {
+	l, err := ManifestLabels(r.Observed)
+	if err != nil {
+		return nil, err
+	}
+	l[LabelReport] = r.Status
+	for check, ok := range r.Hygiene {
+		l[labelHygienePrefix+check] = map[bool]string{true: "pass", false: "fail"}[ok]
+	}
+	return l, nil
+}
+
+// ParseReport reads a report from a builder server's labels. ok is false
+// while the builder has not written it yet.
+func ParseReport(l map[string]string) (r Report, ok bool, err error) {
+	r.Status = l[LabelReport]
+	if r.Status == "" {
+		return Report{}, false, nil
+	}
+	if r.Status != "done" && r.Status != "failed" {
+		return Report{}, true, fmt.Errorf("builder report: %s=%q, want done or failed", LabelReport, r.Status)
+	}
+	r.Observed, _, err = ManifestFromLabels(l)
+	if err != nil {
+		return r, true, fmt.Errorf("builder report: %w", err)
+	}
+	r.Hygiene = map[string]bool{}
+	for k, v := range l {
+		if check, found := strings.CutPrefix(k, labelHygienePrefix); found {
+			r.Hygiene[check] = v == "pass"
+		}
+	}
+	return r, true, nil
+}
+
+// VerifyError lists everything wrong with a build, so one failed build shows
+// every problem at once.
+type VerifyError struct {
+	Status     string
+	Mismatches []Mismatch
+	Hygiene    []string // failed or missing checks, each with its fix
+	Manifest   error    // the observed manifest is invalid
+}
+
+func (e *VerifyError) Error() string {
+	var parts []string
+	if e.Status != "done" {
+		parts = append(parts, fmt.Sprintf("the builder reported %q: its install script failed; see its console log", e.Status))
+	}
+	for _, m := range e.Mismatches {
+		parts = append(parts, "version "+m.String())
+	}
+	parts = append(parts, e.Hygiene...)
+	if e.Manifest != nil {
+		parts = append(parts, "observed "+e.Manifest.Error())
+	}
+	return "verification failed: " + strings.Join(parts, "; ")
+}
+
+// Verify checks a report against the requested manifest: every requested
+// component at exactly its version, unattended-upgrades disabled, every
+// hygiene check passed. It returns a *VerifyError, or nil.
+func Verify(want Manifest, r Report) error {
+	e := &VerifyError{Status: r.Status, Mismatches: Diff(want, r.Observed)}
+	for _, check := range HygieneChecks {
+		passed, reported := r.Hygiene[check]
+		switch {
+		case !reported:
+			e.Hygiene = append(e.Hygiene, fmt.Sprintf("hygiene check %s was not reported", check))
+		case !passed:
+			e.Hygiene = append(e.Hygiene, fmt.Sprintf("hygiene check %s failed: %s", check, hygieneFix[check]))
+		}
+	}
+	if want.UnattendedUpgradesDisabled && !r.Observed.UnattendedUpgradesDisabled {
+		e.Hygiene = append(e.Hygiene, "unattended-upgrades is enabled: mask apt-daily*.timer and unattended-upgrades.service")
+	}
+	for k, v := range want.Sysctls {
+		if r.Observed.Sysctls[k] != v {
+			e.Hygiene = append(e.Hygiene, fmt.Sprintf("sysctl %s: want %s, got %q", k, v, r.Observed.Sysctls[k]))
+		}
+	}
+	for _, mod := range want.Modules {
+		if !slices.Contains(r.Observed.Modules, mod) {
+			e.Hygiene = append(e.Hygiene, fmt.Sprintf("kernel module %s is not configured to load", mod))
+		}
+	}
+	e.Manifest = r.Observed.Validate()
+	if r.Status == "done" && len(e.Mismatches) == 0 && len(e.Hygiene) == 0 && e.Manifest == nil {
+		return nil
+	}
+	return e
+}
