@@ -3,6 +3,7 @@ package static
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,7 @@ func newTestProvider(t *testing.T, client kubernetes.Interface, sh Shell, machin
 		ResetCommand: "reset-the-machine",
 		DrainTimeout: 5 * time.Second,
 		Now:          func() time.Time { return t0 },
+		Logger:       slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 	if mod != nil {
 		mod(&o)

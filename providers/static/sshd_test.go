@@ -1,0 +1,274 @@
+package static
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// requireSystem skips the test with one line when the machine can't run
+// sshd in a network namespace, except under CI=true, where that fails it
+// (DESIGN.md §4). It returns the sshd path.
+func requireSystem(t *testing.T) string {
+	t.Helper()
+	missing := ""
+	sshd, err := exec.LookPath("sshd")
+	if err != nil {
+		sshd, err = "/usr/sbin/sshd", nil
+		if _, serr := os.Stat(sshd); serr != nil {
+			err = serr
+		}
+	}
+	switch {
+	case os.Geteuid() != 0:
+		missing = "root (for network namespaces)"
+	case err != nil:
+		missing = "sshd (apt-get install openssh-server)"
+	default:
+		if _, err := exec.LookPath("ip"); err != nil {
+			missing = "ip (apt-get install iproute2)"
+		}
+	}
+	if missing != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("system test needs %s, and CI=true makes a missing prerequisite a failure", missing)
+		}
+		t.Skipf("skipping system test: needs %s", missing)
+	}
+	return sshd
+}
+
+// sshPool is a set of "machines": sshd instances on several ports of one
+// address inside a network namespace the test made, reached over a veth
+// pair. Scripts run as root on this machine's filesystem; each sshd sets
+// PREBAKE_TEST_HOST in its sessions, so a script knows which machine it is.
+type sshPool struct {
+	dir        string
+	addr       string // the namespace's address
+	machines   []Machine
+	hostKeys   map[string]ssh.PublicKey // by Host
+	clientKey  []byte                   // PEM
+	knownHosts string                   // path of a known_hosts with every machine
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// runCleanup runs a command at cleanup and reports, not fails, an error.
+func runCleanup(t *testing.T, name string, args ...string) {
+	t.Cleanup(func() {
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Logf("cleanup: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+	})
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// freeSubnet picks a 10.x.y.0/30 that no interface on this machine uses.
+func freeSubnet(t *testing.T) (hostAddr, nsAddr string) {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		t.Fatalf("ip addr show: %v", err)
+	}
+	for range 100 {
+		x, _ := rand.Int(rand.Reader, big.NewInt(190))
+		y, _ := rand.Int(rand.Reader, big.NewInt(256))
+		prefix := fmt.Sprintf("10.%d.%d.", 64+x.Int64(), y.Int64())
+		if !strings.Contains(string(out), " "+prefix) {
+			return prefix + "1", prefix + "2"
+		}
+	}
+	t.Fatal("no free 10.x.y.0/30 found")
+	return "", ""
+}
+
+// newSSHPool starts n sshd "machines" named m1 … mn.
+func newSSHPool(t *testing.T, n int) *sshPool {
+	t.Helper()
+	sshd := requireSystem(t)
+	id := randomHex(t, 3)
+	ns, vethHost, vethNS := "pbst-"+id, "pbh"+id, "pbn"+id
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("ip netns add: %v: %s", err, out)
+		}
+		t.Skipf("skipping system test: can't create a network namespace: %s", strings.TrimSpace(string(out)))
+	}
+	runCleanup(t, "ip", "netns", "del", ns)
+	hostAddr, nsAddr := freeSubnet(t)
+	run(t, "ip", "link", "add", vethHost, "type", "veth", "peer", "name", vethNS)
+	runCleanup(t, "ip", "link", "del", vethHost) // takes its peer along
+	run(t, "ip", "link", "set", vethNS, "netns", ns)
+	run(t, "ip", "addr", "add", hostAddr+"/30", "dev", vethHost)
+	run(t, "ip", "link", "set", vethHost, "up")
+	run(t, "ip", "-n", ns, "addr", "add", nsAddr+"/30", "dev", vethNS)
+	run(t, "ip", "-n", ns, "link", "set", vethNS, "up")
+	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	// sshd's privilege separation directory.
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	p := &sshPool{dir: dir, addr: nsAddr, hostKeys: map[string]ssh.PublicKey{}}
+	clientPub, clientPEM := newKey(t)
+	p.clientKey = clientPEM
+	authorized := filepath.Join(dir, "authorized_keys")
+	writeFile(t, authorized, ssh.MarshalAuthorizedKey(clientPub), 0o600)
+
+	var known strings.Builder
+	for i := range n {
+		host := fmt.Sprintf("m%d", i+1)
+		port := 2201 + i
+		mdir := filepath.Join(dir, host)
+		if err := os.Mkdir(mdir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		hostPub, hostPEM := newKey(t)
+		writeFile(t, filepath.Join(mdir, "host_key"), hostPEM, 0o600)
+		cfg := strings.Join([]string{
+			"Port " + strconv.Itoa(port),
+			"ListenAddress " + nsAddr,
+			"HostKey " + filepath.Join(mdir, "host_key"),
+			"AuthorizedKeysFile " + authorized,
+			"PermitRootLogin prohibit-password",
+			"PasswordAuthentication no",
+			"KbdInteractiveAuthentication no",
+			"UsePAM no",
+			"StrictModes no",
+			"PidFile " + filepath.Join(mdir, "sshd.pid"),
+			"SetEnv PREBAKE_TEST_HOST=" + host,
+			"LogLevel ERROR",
+			"",
+		}, "\n")
+		cfgPath := filepath.Join(mdir, "sshd_config")
+		writeFile(t, cfgPath, []byte(cfg), 0o600)
+		logf, err := os.Create(filepath.Join(mdir, "sshd.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("ip", "netns", "exec", ns, sshd, "-D", "-e", "-f", cfgPath)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start sshd: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			logf.Close()
+		})
+		addr := net.JoinHostPort(nsAddr, strconv.Itoa(port))
+		waitListening(t, addr, filepath.Join(mdir, "sshd.log"))
+		p.machines = append(p.machines, Machine{Host: host, Address: nsAddr, Port: port, User: "root", MachineType: testType, Zone: testZone})
+		p.hostKeys[host] = hostPub
+		known.WriteString(knownhosts.Line([]string{addr}, hostPub) + "\n")
+	}
+	p.knownHosts = filepath.Join(dir, "known_hosts")
+	writeFile(t, p.knownHosts, []byte(known.String()), 0o600)
+	return p
+}
+
+// waitListening polls until sshd accepts connections on addr.
+func waitListening(t *testing.T, addr, logPath string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logPath)
+			t.Fatalf("sshd on %s did not listen within 15s: %v\nsshd log:\n%s", addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// newKey returns an ed25519 public key and its private key in OpenSSH PEM.
+func newKey(t *testing.T) (ssh.PublicKey, []byte) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sshPub, pem.EncodeToMemory(block)
+}
+
+func writeFile(t *testing.T, path string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shell returns an SSH shell over the pool with known_hosts file kh.
+func (p *sshPool) shell(t *testing.T, kh string, commandTimeout time.Duration) *SSHShell {
+	t.Helper()
+	s, err := NewSSHShell(SSHOptions{PrivateKey: p.clientKey, KnownHostsFile: kh, ConnectTimeout: 10 * time.Second, CommandTimeout: commandTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// markerScript appends the machine's name and its namespace address to
+// <dir>/<host>.<what>, so the test sees which machine ran it, and fails
+// unless it runs inside the namespace.
+func (p *sshPool) markerScript(what string) []byte {
+	return fmt.Appendf(nil, `#!/bin/sh
+set -eu
+ip -o -4 addr show | grep -q ' %[1]s/' || { echo "not in the test namespace" >&2; exit 3; }
+echo "$PREBAKE_TEST_HOST" >> %[2]q/"$PREBAKE_TEST_HOST".%[3]s
+`, p.addr, p.dir, what)
+}
+
+// markers returns the lines of <dir>/<host>.<what>, nil when absent.
+func (p *sshPool) markers(t *testing.T, host, what string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p.dir, host+"."+what))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}

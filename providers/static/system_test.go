@@ -1,0 +1,215 @@
+package static
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/ssh/knownhosts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/static/providerid"
+)
+
+// TestSystemSSHPool drives the provider against three real sshd machines:
+// concurrent claims land on distinct machines and run the node script there,
+// the pool runs dry with OutOfResources, a retry is idempotent, and Delete
+// resets a machine and hands it out again.
+func TestSystemSSHPool(t *testing.T) {
+	t.Parallel()
+	sp := newSSHPool(t, 3)
+	client := fake.NewClientset()
+	p := newTestProvider(t, client, sp.shell(t, sp.knownHosts, time.Minute), sp.machines, func(o *Options) {
+		o.ResetCommand = string(sp.markerScript("reset"))
+	})
+	ctx := t.Context()
+	req := func(name string) providers.CreateRequest {
+		r := request(name, "metal")
+		r.UserData = sp.markerScript("bootstrap")
+		return r
+	}
+
+	// Three concurrent scale-ups take the three machines.
+	got := make([]providers.Instance, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, name := range []string{"metal-a", "metal-b", "metal-c"} {
+		wg.Go(func() { got[i], errs[i] = p.Create(ctx, req(name)) })
+	}
+	wg.Wait()
+	hostOf := map[string]string{} // machine name → host
+	for i, in := range got {
+		if errs[i] != nil {
+			t.Fatalf("Create #%d: %v", i, errs[i])
+		}
+		host, err := providerid.Parse(in.ProviderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.State != providers.StateRunning {
+			t.Errorf("%s: state %v after its bootstrap, want running", in.Name, in.State)
+		}
+		hostOf[in.Name] = host
+	}
+	hosts := slices.Sorted(func(yield func(string) bool) {
+		for _, h := range hostOf {
+			if !yield(h) {
+				return
+			}
+		}
+	})
+	if diff := cmp.Diff([]string{"m1", "m2", "m3"}, hosts); diff != "" {
+		t.Fatalf("hosts claimed (-want +got):\n%s", diff)
+	}
+	for _, h := range hosts {
+		if diff := cmp.Diff([]string{h}, sp.markers(t, h, "bootstrap")); diff != "" {
+			t.Errorf("bootstrap markers of %s (-want +got):\n%s", h, diff)
+		}
+	}
+
+	// The pool is dry.
+	_, err := p.Create(ctx, req("metal-d"))
+	if c := p.Classify(err); c.Class != providers.ErrorOutOfResources {
+		t.Fatalf("Create on a dry pool: %v classified %+v, want OutOfResources", err, c)
+	}
+
+	// A retry is the same machine, bootstrapped once.
+	again, err := p.Create(ctx, req("metal-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ProviderID != providerid.Format(hostOf["metal-a"]) {
+		t.Errorf("retried Create returned %s, want %s", again.ProviderID, providerid.Format(hostOf["metal-a"]))
+	}
+	if n := len(sp.markers(t, hostOf["metal-a"], "bootstrap")); n != 1 {
+		t.Errorf("the retried machine ran its bootstrap %d times, want 1", n)
+	}
+
+	// Delete resets the machine and frees it for the next scale-up.
+	freed := hostOf["metal-b"]
+	if err := p.Delete(ctx, providerid.Format(freed)); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if diff := cmp.Diff([]string{freed}, sp.markers(t, freed, "reset")); diff != "" {
+		t.Errorf("reset markers of %s (-want +got):\n%s", freed, diff)
+	}
+	if _, err := client.CoordinationV1().Leases(DefaultNamespace).Get(ctx, freed, metav1.GetOptions{}); err == nil {
+		t.Errorf("claim of %s still exists after Delete", freed)
+	}
+	if err := p.Delete(ctx, providerid.Format(freed)); err != nil {
+		t.Errorf("Delete of a free machine: %v", err)
+	}
+	if n := len(sp.markers(t, freed, "reset")); n != 1 {
+		t.Errorf("a second Delete reset the free machine again (%d resets)", n)
+	}
+	next, err := p.Create(ctx, req("metal-e"))
+	if err != nil {
+		t.Fatalf("Create after a Delete: %v", err)
+	}
+	if next.ProviderID != providerid.Format(freed) {
+		t.Errorf("Create after a Delete got %s, want the freed %s", next.ProviderID, providerid.Format(freed))
+	}
+	if n := len(sp.markers(t, freed, "bootstrap")); n != 2 {
+		t.Errorf("the reused machine has %d bootstrap markers, want 2", n)
+	}
+}
+
+// TestSystemHostKeyChecked: a machine whose host key is not the one in
+// known_hosts, or that known_hosts lacks, is refused before anything runs,
+// with an error that says so, and its claim is released.
+func TestSystemHostKeyChecked(t *testing.T) {
+	t.Parallel()
+	sp := newSSHPool(t, 1)
+	m := sp.machines[0]
+	addr := addrOf(m)
+	wrongKey, _ := newKey(t)
+	tests := []struct {
+		name    string
+		known   string
+		wantErr []string
+	}{
+		{name: "mismatch", known: knownhosts.Line([]string{addr}, wrongKey) + "\n", wantErr: []string{"does not match", "refusing to connect", `"m1"`}},
+		{name: "unknown host", known: knownhosts.Line([]string{"[192.0.2.9]:22"}, sp.hostKeys[m.Host]) + "\n", wantErr: []string{"is not in", "refusing to connect"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			kh := filepath.Join(t.TempDir(), "known_hosts")
+			writeFile(t, kh, []byte(tc.known), 0o600)
+			client := fake.NewClientset()
+			p := newTestProvider(t, client, sp.shell(t, kh, time.Minute), sp.machines, nil)
+			r := request("metal-"+strings.ReplaceAll(tc.name, " ", "-"), "metal")
+			r.UserData = sp.markerScript("bootstrap-" + strings.ReplaceAll(tc.name, " ", "-"))
+			_, err := p.Create(t.Context(), r)
+			var hk *HostKeyError
+			if !errors.As(err, &hk) {
+				t.Fatalf("Create: %v, want a *HostKeyError", err)
+			}
+			for _, s := range tc.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q lacks %q", err, s)
+				}
+			}
+			if c := p.Classify(err); c.Retryable || c.Code != "ssh_host_key" {
+				t.Errorf("Classify = %+v, want ssh_host_key, not retryable", c)
+			}
+			if got := sp.markers(t, m.Host, "bootstrap-"+strings.ReplaceAll(tc.name, " ", "-")); got != nil {
+				t.Errorf("the script ran on a machine with the wrong key: %v", got)
+			}
+			l, err := client.CoordinationV1().Leases(DefaultNamespace).List(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.Items) != 0 {
+				t.Errorf("%d claims left after a refused bootstrap, want 0", len(l.Items))
+			}
+		})
+	}
+}
+
+// TestSystemCommandTimeout: a script that outlives the command timeout is
+// cut off, and the error says so and is retryable.
+func TestSystemCommandTimeout(t *testing.T) {
+	t.Parallel()
+	sp := newSSHPool(t, 1)
+	sh := sp.shell(t, sp.knownHosts, 500*time.Millisecond)
+	began := time.Now()
+	err := sh.Run(context.Background(), sp.machines[0], []byte("sleep 60\n"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v, want a deadline error", err)
+	}
+	if !strings.Contains(err.Error(), "did not finish within 500ms") {
+		t.Errorf("error %q doesn't name the timeout", err)
+	}
+	if took := time.Since(began); took > 30*time.Second {
+		t.Errorf("Run returned after %s; the timeout did not stop it", took)
+	}
+	p := newTestProvider(t, fake.NewClientset(), sh, sp.machines, nil)
+	if c := p.Classify(err); !c.Retryable || c.Code != "timeout" {
+		t.Errorf("Classify = %+v, want a retryable timeout", c)
+	}
+}
+
+// TestSystemCommandFails: a failing script reports its exit status and the
+// tail of its stderr.
+func TestSystemCommandFails(t *testing.T) {
+	t.Parallel()
+	sp := newSSHPool(t, 1)
+	sh := sp.shell(t, sp.knownHosts, time.Minute)
+	err := sh.Run(t.Context(), sp.machines[0], []byte("echo apt is locked >&2\nexit 7\n"))
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Run: %v, want a *CommandError", err)
+	}
+	if diff := cmp.Diff(&CommandError{Host: "m1", Status: 7, Stderr: "apt is locked"}, ce); diff != "" {
+		t.Errorf("CommandError (-want +got):\n%s", diff)
+	}
+}
