@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// drainPoll is how often drain retries evictions a PodDisruptionBudget
-// refused and looks for pods still on the node.
-const drainPoll = 2 * time.Second
+// defaultDrainPoll is how often drain retries evictions a
+// PodDisruptionBudget refused and looks for pods still on the node.
+const defaultDrainPoll = 2 * time.Second
 
 // mirrorPodAnnotation marks static pods' mirrors, which can't be evicted.
 const mirrorPodAnnotation = "kubernetes.io/config.mirror"
@@ -81,7 +81,7 @@ func (p *Provider) drainNode(ctx context.Context, node string, log *slog.Logger)
 			log.Info("node drained", "node", node)
 			return nil
 		}
-		t := time.NewTimer(drainPoll)
+		t := time.NewTimer(p.drainPoll)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -103,6 +103,7 @@ type Provider struct {
 	shell        Shell
 	reset        string
 	drainTimeout time.Duration
+	drainPoll    time.Duration // tests shorten it
 	log          *slog.Logger
 	now          func() time.Time
 
@@ -206,6 +207,7 @@ func New(o Options) (*Provider, error) {
 		shell:        o.Shell,
 		reset:        reset,
 		drainTimeout: drain,
+		drainPoll:    defaultDrainPoll,
 		log:          log.With("provider", "static", "cluster", o.Cluster),
 		now:          now,
 	}, nil
