@@ -84,6 +84,9 @@ func (p *Provider) check(req providers.CreateRequest) (providers.ImageKind, erro
 	if _, ok := p.types[req.MachineType]; !ok {
 		return "", fmt.Errorf("static: machine %q (group %q): machine type %q: %w; declared types: %s", req.Name, req.Group, req.MachineType, providers.ErrNotFound, strings.Join(p.typeNames, ", "))
 	}
+	if len(req.UserData) == 0 {
+		return "", fmt.Errorf("static: machine %q: group %q has no node script to run; set the group's userDataFile to a POSIX shell script", req.Name, req.Group)
+	}
 	switch req.ImageKind {
 	case "", providers.ImageRuntimeInstall:
 		return providers.ImageRuntimeInstall, nil

@@ -250,6 +250,7 @@ func TestCreateRejectsBadRequests(t *testing.T) {
 		{name: "bad name", mod: func(r *providers.CreateRequest) { r.Name = "M_1" }, wantErr: []string{`"M_1"`, "DNS label"}},
 		{name: "no group", mod: func(r *providers.CreateRequest) { r.Group = "" }, wantErr: []string{"has no group"}},
 		{name: "other cluster", mod: func(r *providers.CreateRequest) { r.Cluster = "prod" }, wantErr: []string{`cluster "prod"`}},
+		{name: "no script", mod: func(r *providers.CreateRequest) { r.UserData = nil }, wantErr: []string{"no node script", "userDataFile"}},
 		{name: "prebaked", mod: func(r *providers.CreateRequest) { r.ImageKind = providers.ImagePrebaked }, wantErr: []string{"can't boot an image"}},
 	}
 	for _, tc := range tests {

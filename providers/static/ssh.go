@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/prebake-dev/prebake/providers/static/providerid"
 )
 
 // Defaults for the zero values of SSHOptions.
@@ -140,7 +142,8 @@ func (e *CommandError) Error() string {
 
 // Run implements Shell: it connects to m, checks its host key, and runs
 // `sh -s` (through `sudo -n` for a user other than root) with script on
-// standard input, within the command timeout.
+// standard input and EnvProviderID and EnvHost in its environment, within
+// the command timeout.
 func (s *SSHShell) Run(ctx context.Context, m Machine, script []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, s.commandTimeout)
 	defer cancel()
@@ -165,10 +168,7 @@ func (s *SSHShell) Run(ctx context.Context, m Machine, script []byte) error {
 	stderr := &tailBuffer{max: stderrTail}
 	sess.Stdin = bytes.NewReader(script)
 	sess.Stderr = stderr
-	cmd := "sh -s"
-	if m.User != "root" {
-		cmd = "sudo -n sh -s"
-	}
+	cmd := remoteCommand(m)
 	err = sess.Run(cmd)
 	if ctx.Err() != nil {
 		return fmt.Errorf("machine %q: script did not finish within %s: %w", m.Host, s.commandTimeout, ctx.Err())
@@ -184,6 +184,24 @@ func (s *SSHShell) Run(ctx context.Context, m Machine, script []byte) error {
 		return &CommandError{Host: m.Host, Status: -1, Stderr: stderr.String()}
 	}
 	return &DialError{Host: m.Host, Addr: addrOf(m), Err: err}
+}
+
+// EnvProviderID and EnvHost are set for every script: the node script
+// passes the providerID to the kubelet, so the Node matches the claim.
+const (
+	EnvProviderID = "PREBAKE_PROVIDER_ID"
+	EnvHost       = "PREBAKE_HOST"
+)
+
+// remoteCommand is what runs on m: sh reading the script from stdin, with
+// the machine's identity in its environment. Host is a DNS-1123 subdomain
+// (checked by New), so it needs no shell quoting.
+func remoteCommand(m Machine) string {
+	cmd := fmt.Sprintf("env %s=%s %s=%s sh -s", EnvProviderID, providerid.Format(m.Host), EnvHost, m.Host)
+	if m.User != "root" {
+		cmd = "sudo -n " + cmd
+	}
+	return cmd
 }
 
 func addrOf(m Machine) string {

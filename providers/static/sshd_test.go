@@ -249,13 +249,14 @@ func (p *sshPool) shell(t *testing.T, kh string, commandTimeout time.Duration) *
 	return s
 }
 
-// markerScript appends the machine's name and its namespace address to
-// <dir>/<host>.<what>, so the test sees which machine ran it, and fails
-// unless it runs inside the namespace.
+// markerScript appends the machine's name to <dir>/<host>.<what>, so the
+// test sees which machine ran it. It fails unless it runs inside the
+// namespace and the provider told it its own providerID.
 func (p *sshPool) markerScript(what string) []byte {
 	return fmt.Appendf(nil, `#!/bin/sh
 set -eu
 ip -o -4 addr show | grep -q ' %[1]s/' || { echo "not in the test namespace" >&2; exit 3; }
+[ "$PREBAKE_PROVIDER_ID" = "static://$PREBAKE_TEST_HOST" ] || { echo "PREBAKE_PROVIDER_ID is $PREBAKE_PROVIDER_ID" >&2; exit 4; }
 echo "$PREBAKE_TEST_HOST" >> %[2]q/"$PREBAKE_TEST_HOST".%[3]s
 `, p.addr, p.dir, what)
 }

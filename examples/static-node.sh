@@ -1,0 +1,17 @@
+#!/bin/sh
+# Node script for examples/static.yaml, piped to `sh -s` as root on each
+# claimed machine. It must be idempotent: a retried scale-up runs it again.
+# Until the bootstrap renderer writes this script per scale-up, fill in a
+# join command of your cluster (kubeadm token create --print-join-command)
+# and keep this file as secret as the token in it.
+set -eu
+: "${PREBAKE_JOIN:=kubeadm join API_ENDPOINT:6443 --token TOKEN --discovery-token-ca-cert-hash sha256:HASH}"
+if [ -f /etc/kubernetes/kubelet.conf ]; then
+	echo "already joined"
+	exit 0
+fi
+# The provider runs this script with PREBAKE_PROVIDER_ID=static://<host>:
+# the kubelet must register with it, so the Node matches the claim.
+mkdir -p /etc/default
+echo "KUBELET_EXTRA_ARGS=--provider-id=$PREBAKE_PROVIDER_ID" >/etc/default/kubelet
+$PREBAKE_JOIN
