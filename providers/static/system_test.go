@@ -17,7 +17,27 @@ import (
 
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/static/providerid"
+	"github.com/prebake-dev/prebake/providers/static/statictest"
 )
+
+// poolMachines returns the pool's machines as provider machines.
+func poolMachines(sp *statictest.Pool) []Machine {
+	var ms []Machine
+	for _, m := range sp.Machines {
+		ms = append(ms, Machine{Host: m.Host, Address: m.Address, Port: m.Port, User: "root", MachineType: testType, Zone: testZone})
+	}
+	return ms
+}
+
+// poolShell returns an SSH shell over the pool with known_hosts file kh.
+func poolShell(t *testing.T, sp *statictest.Pool, kh string, commandTimeout time.Duration) *SSHShell {
+	t.Helper()
+	s, err := NewSSHShell(SSHOptions{PrivateKey: sp.ClientKey, KnownHostsFile: kh, ConnectTimeout: 10 * time.Second, CommandTimeout: commandTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // TestSystemSSHPool drives the provider against three real sshd machines:
 // concurrent claims land on distinct machines and run the node script there,
@@ -25,15 +45,15 @@ import (
 // resets a machine and hands it out again.
 func TestSystemSSHPool(t *testing.T) {
 	t.Parallel()
-	sp := newSSHPool(t, 3)
+	sp := statictest.NewPool(t, 3)
 	client := fake.NewClientset()
-	p := newTestProvider(t, client, sp.shell(t, sp.knownHosts, time.Minute), sp.machines, func(o *Options) {
-		o.ResetCommand = string(sp.markerScript("reset"))
+	p := newTestProvider(t, client, poolShell(t, sp, sp.KnownHosts, time.Minute), poolMachines(sp), func(o *Options) {
+		o.ResetCommand = string(sp.MarkerScript("reset"))
 	})
 	ctx := t.Context()
 	req := func(name string) providers.CreateRequest {
 		r := request(name, "metal")
-		r.UserData = sp.markerScript("bootstrap")
+		r.UserData = sp.MarkerScript("bootstrap")
 		return r
 	}
 
@@ -70,7 +90,7 @@ func TestSystemSSHPool(t *testing.T) {
 		t.Fatalf("hosts claimed (-want +got):\n%s", diff)
 	}
 	for _, h := range hosts {
-		if diff := cmp.Diff([]string{h}, sp.markers(t, h, "bootstrap")); diff != "" {
+		if diff := cmp.Diff([]string{h}, sp.Markers(t, h, "bootstrap")); diff != "" {
 			t.Errorf("bootstrap markers of %s (-want +got):\n%s", h, diff)
 		}
 	}
@@ -89,7 +109,7 @@ func TestSystemSSHPool(t *testing.T) {
 	if again.ProviderID != providerid.Format(hostOf["metal-a"]) {
 		t.Errorf("retried Create returned %s, want %s", again.ProviderID, providerid.Format(hostOf["metal-a"]))
 	}
-	if n := len(sp.markers(t, hostOf["metal-a"], "bootstrap")); n != 1 {
+	if n := len(sp.Markers(t, hostOf["metal-a"], "bootstrap")); n != 1 {
 		t.Errorf("the retried machine ran its bootstrap %d times, want 1", n)
 	}
 
@@ -98,7 +118,7 @@ func TestSystemSSHPool(t *testing.T) {
 	if err := p.Delete(ctx, providerid.Format(freed)); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if diff := cmp.Diff([]string{freed}, sp.markers(t, freed, "reset")); diff != "" {
+	if diff := cmp.Diff([]string{freed}, sp.Markers(t, freed, "reset")); diff != "" {
 		t.Errorf("reset markers of %s (-want +got):\n%s", freed, diff)
 	}
 	if _, err := client.CoordinationV1().Leases(DefaultNamespace).Get(ctx, freed, metav1.GetOptions{}); err == nil {
@@ -107,7 +127,7 @@ func TestSystemSSHPool(t *testing.T) {
 	if err := p.Delete(ctx, providerid.Format(freed)); err != nil {
 		t.Errorf("Delete of a free machine: %v", err)
 	}
-	if n := len(sp.markers(t, freed, "reset")); n != 1 {
+	if n := len(sp.Markers(t, freed, "reset")); n != 1 {
 		t.Errorf("a second Delete reset the free machine again (%d resets)", n)
 	}
 	next, err := p.Create(ctx, req("metal-e"))
@@ -117,7 +137,7 @@ func TestSystemSSHPool(t *testing.T) {
 	if next.ProviderID != providerid.Format(freed) {
 		t.Errorf("Create after a Delete got %s, want the freed %s", next.ProviderID, providerid.Format(freed))
 	}
-	if n := len(sp.markers(t, freed, "bootstrap")); n != 2 {
+	if n := len(sp.Markers(t, freed, "bootstrap")); n != 2 {
 		t.Errorf("the reused machine has %d bootstrap markers, want 2", n)
 	}
 }
@@ -127,27 +147,27 @@ func TestSystemSSHPool(t *testing.T) {
 // with an error that says so, and its claim is released.
 func TestSystemHostKeyChecked(t *testing.T) {
 	t.Parallel()
-	sp := newSSHPool(t, 1)
-	m := sp.machines[0]
+	sp := statictest.NewPool(t, 1)
+	m := poolMachines(sp)[0]
 	addr := addrOf(m)
-	wrongKey, _ := newKey(t)
+	wrongKey, _ := statictest.NewKey(t)
 	tests := []struct {
 		name    string
 		known   string
 		wantErr []string
 	}{
 		{name: "mismatch", known: knownhosts.Line([]string{addr}, wrongKey) + "\n", wantErr: []string{"does not match", "refusing to connect", `"m1"`}},
-		{name: "unknown host", known: knownhosts.Line([]string{"[192.0.2.9]:22"}, sp.hostKeys[m.Host]) + "\n", wantErr: []string{"is not in", "refusing to connect"}},
+		{name: "unknown host", known: knownhosts.Line([]string{"[192.0.2.9]:22"}, sp.Machines[0].HostKey) + "\n", wantErr: []string{"is not in", "refusing to connect"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			kh := filepath.Join(t.TempDir(), "known_hosts")
-			writeFile(t, kh, []byte(tc.known), 0o600)
+			statictest.WriteFile(t, kh, []byte(tc.known), 0o600)
 			client := fake.NewClientset()
-			p := newTestProvider(t, client, sp.shell(t, kh, time.Minute), sp.machines, nil)
+			p := newTestProvider(t, client, poolShell(t, sp, kh, time.Minute), poolMachines(sp), nil)
 			r := request("metal-"+strings.ReplaceAll(tc.name, " ", "-"), "metal")
-			r.UserData = sp.markerScript("bootstrap-" + strings.ReplaceAll(tc.name, " ", "-"))
+			r.UserData = sp.MarkerScript("bootstrap-" + strings.ReplaceAll(tc.name, " ", "-"))
 			_, err := p.Create(t.Context(), r)
 			var hk *HostKeyError
 			if !errors.As(err, &hk) {
@@ -161,7 +181,7 @@ func TestSystemHostKeyChecked(t *testing.T) {
 			if c := p.Classify(err); c.Retryable || c.Code != "ssh_host_key" {
 				t.Errorf("Classify = %+v, want ssh_host_key, not retryable", c)
 			}
-			if got := sp.markers(t, m.Host, "bootstrap-"+strings.ReplaceAll(tc.name, " ", "-")); got != nil {
+			if got := sp.Markers(t, m.Host, "bootstrap-"+strings.ReplaceAll(tc.name, " ", "-")); got != nil {
 				t.Errorf("the script ran on a machine with the wrong key: %v", got)
 			}
 			l, err := client.CoordinationV1().Leases(DefaultNamespace).List(t.Context(), metav1.ListOptions{})
@@ -179,10 +199,10 @@ func TestSystemHostKeyChecked(t *testing.T) {
 // cut off, and the error says so and is retryable.
 func TestSystemCommandTimeout(t *testing.T) {
 	t.Parallel()
-	sp := newSSHPool(t, 1)
-	sh := sp.shell(t, sp.knownHosts, 500*time.Millisecond)
+	sp := statictest.NewPool(t, 1)
+	sh := poolShell(t, sp, sp.KnownHosts, 500*time.Millisecond)
 	began := time.Now()
-	err := sh.Run(context.Background(), sp.machines[0], []byte("sleep 60\n"))
+	err := sh.Run(context.Background(), poolMachines(sp)[0], []byte("sleep 60\n"))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run: %v, want a deadline error", err)
 	}
@@ -192,7 +212,7 @@ func TestSystemCommandTimeout(t *testing.T) {
 	if took := time.Since(began); took > 30*time.Second {
 		t.Errorf("Run returned after %s; the timeout did not stop it", took)
 	}
-	p := newTestProvider(t, fake.NewClientset(), sh, sp.machines, nil)
+	p := newTestProvider(t, fake.NewClientset(), sh, poolMachines(sp), nil)
 	if c := p.Classify(err); !c.Retryable || c.Code != "timeout" {
 		t.Errorf("Classify = %+v, want a retryable timeout", c)
 	}
@@ -202,9 +222,9 @@ func TestSystemCommandTimeout(t *testing.T) {
 // tail of its stderr.
 func TestSystemCommandFails(t *testing.T) {
 	t.Parallel()
-	sp := newSSHPool(t, 1)
-	sh := sp.shell(t, sp.knownHosts, time.Minute)
-	err := sh.Run(t.Context(), sp.machines[0], []byte("echo apt is locked >&2\nexit 7\n"))
+	sp := statictest.NewPool(t, 1)
+	sh := poolShell(t, sp, sp.KnownHosts, time.Minute)
+	err := sh.Run(t.Context(), poolMachines(sp)[0], []byte("echo apt is locked >&2\nexit 7\n"))
 	var ce *CommandError
 	if !errors.As(err, &ce) {
 		t.Fatalf("Run: %v, want a *CommandError", err)

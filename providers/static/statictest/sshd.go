@@ -1,4 +1,4 @@
-package static
+package statictest
 
 import (
 	"crypto/ed25519"
@@ -21,10 +21,10 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// requireSystem skips the test with one line when the machine can't run
+// RequireSystem skips the test with one line when the machine can't run
 // sshd in a network namespace, except under CI=true, where that fails it
 // (DESIGN.md §4). It returns the sshd path.
-func requireSystem(t *testing.T) string {
+func RequireSystem(t testing.TB) string {
 	t.Helper()
 	missing := ""
 	sshd, err := exec.LookPath("sshd")
@@ -53,20 +53,31 @@ func requireSystem(t *testing.T) string {
 	return sshd
 }
 
-// sshPool is a set of "machines": sshd instances on several ports of one
+// Machine is one sshd "machine" of a Pool.
+type Machine struct {
+	Host    string // m1, m2, …
+	Address string // the namespace's address
+	Port    int
+	HostKey ssh.PublicKey
+}
+
+// Pool is a set of "machines": sshd instances on several ports of one
 // address inside a network namespace the test made, reached over a veth
 // pair. Scripts run as root on this machine's filesystem; each sshd sets
 // PREBAKE_TEST_HOST in its sessions, so a script knows which machine it is.
-type sshPool struct {
-	dir        string
-	addr       string // the namespace's address
-	machines   []Machine
-	hostKeys   map[string]ssh.PublicKey // by Host
-	clientKey  []byte                   // PEM
-	knownHosts string                   // path of a known_hosts with every machine
+// Everything is torn down at the test's cleanup.
+type Pool struct {
+	// Dir holds the keys, configs and logs, and the scripts' markers.
+	Dir      string
+	Addr     string // the namespace's address
+	Machines []Machine
+	// ClientKey is the PEM private key every machine authorizes for root.
+	ClientKey []byte
+	// KnownHosts is a known_hosts file with every machine's host key.
+	KnownHosts string
 }
 
-func run(t *testing.T, name string, args ...string) {
+func run(t testing.TB, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
@@ -74,7 +85,7 @@ func run(t *testing.T, name string, args ...string) {
 }
 
 // runCleanup runs a command at cleanup and reports, not fails, an error.
-func runCleanup(t *testing.T, name string, args ...string) {
+func runCleanup(t testing.TB, name string, args ...string) {
 	t.Cleanup(func() {
 		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 			t.Logf("cleanup: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
@@ -82,7 +93,7 @@ func runCleanup(t *testing.T, name string, args ...string) {
 	})
 }
 
-func randomHex(t *testing.T, n int) string {
+func randomHex(t testing.TB, n int) string {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -92,7 +103,7 @@ func randomHex(t *testing.T, n int) string {
 }
 
 // freeSubnet picks a 10.x.y.0/30 that no interface on this machine uses.
-func freeSubnet(t *testing.T) (hostAddr, nsAddr string) {
+func freeSubnet(t testing.TB) (hostAddr, nsAddr string) {
 	t.Helper()
 	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
 	if err != nil {
@@ -110,10 +121,12 @@ func freeSubnet(t *testing.T) (hostAddr, nsAddr string) {
 	return "", ""
 }
 
-// newSSHPool starts n sshd "machines" named m1 … mn.
-func newSSHPool(t *testing.T, n int) *sshPool {
+// NewPool starts n sshd "machines" named m1 … mn. It skips the test with
+// one line when the machine lacks root, sshd or ip, and fails it then under
+// CI=true.
+func NewPool(t testing.TB, n int) *Pool {
 	t.Helper()
-	sshd := requireSystem(t)
+	sshd := RequireSystem(t)
 	id := randomHex(t, 3)
 	ns, vethHost, vethNS := "pbst-"+id, "pbh"+id, "pbn"+id
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
@@ -138,11 +151,11 @@ func newSSHPool(t *testing.T, n int) *sshPool {
 	}
 
 	dir := t.TempDir()
-	p := &sshPool{dir: dir, addr: nsAddr, hostKeys: map[string]ssh.PublicKey{}}
-	clientPub, clientPEM := newKey(t)
-	p.clientKey = clientPEM
+	p := &Pool{Dir: dir, Addr: nsAddr}
+	clientPub, clientPEM := NewKey(t)
+	p.ClientKey = clientPEM
 	authorized := filepath.Join(dir, "authorized_keys")
-	writeFile(t, authorized, ssh.MarshalAuthorizedKey(clientPub), 0o600)
+	WriteFile(t, authorized, ssh.MarshalAuthorizedKey(clientPub), 0o600)
 
 	var known strings.Builder
 	for i := range n {
@@ -152,8 +165,8 @@ func newSSHPool(t *testing.T, n int) *sshPool {
 		if err := os.Mkdir(mdir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		hostPub, hostPEM := newKey(t)
-		writeFile(t, filepath.Join(mdir, "host_key"), hostPEM, 0o600)
+		hostPub, hostPEM := NewKey(t)
+		WriteFile(t, filepath.Join(mdir, "host_key"), hostPEM, 0o600)
 		cfg := strings.Join([]string{
 			"Port " + strconv.Itoa(port),
 			"ListenAddress " + nsAddr,
@@ -170,7 +183,7 @@ func newSSHPool(t *testing.T, n int) *sshPool {
 			"",
 		}, "\n")
 		cfgPath := filepath.Join(mdir, "sshd_config")
-		writeFile(t, cfgPath, []byte(cfg), 0o600)
+		WriteFile(t, cfgPath, []byte(cfg), 0o600)
 		logf, err := os.Create(filepath.Join(mdir, "sshd.log"))
 		if err != nil {
 			t.Fatal(err)
@@ -187,17 +200,16 @@ func newSSHPool(t *testing.T, n int) *sshPool {
 		})
 		addr := net.JoinHostPort(nsAddr, strconv.Itoa(port))
 		waitListening(t, addr, filepath.Join(mdir, "sshd.log"))
-		p.machines = append(p.machines, Machine{Host: host, Address: nsAddr, Port: port, User: "root", MachineType: testType, Zone: testZone})
-		p.hostKeys[host] = hostPub
+		p.Machines = append(p.Machines, Machine{Host: host, Address: nsAddr, Port: port, HostKey: hostPub})
 		known.WriteString(knownhosts.Line([]string{addr}, hostPub) + "\n")
 	}
-	p.knownHosts = filepath.Join(dir, "known_hosts")
-	writeFile(t, p.knownHosts, []byte(known.String()), 0o600)
+	p.KnownHosts = filepath.Join(dir, "known_hosts")
+	WriteFile(t, p.KnownHosts, []byte(known.String()), 0o600)
 	return p
 }
 
 // waitListening polls until sshd accepts connections on addr.
-func waitListening(t *testing.T, addr, logPath string) {
+func waitListening(t testing.TB, addr, logPath string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -214,8 +226,8 @@ func waitListening(t *testing.T, addr, logPath string) {
 	}
 }
 
-// newKey returns an ed25519 public key and its private key in OpenSSH PEM.
-func newKey(t *testing.T) (ssh.PublicKey, []byte) {
+// NewKey returns an ed25519 public key and its private key in OpenSSH PEM.
+func NewKey(t testing.TB) (ssh.PublicKey, []byte) {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -232,39 +244,29 @@ func newKey(t *testing.T) (ssh.PublicKey, []byte) {
 	return sshPub, pem.EncodeToMemory(block)
 }
 
-func writeFile(t *testing.T, path string, data []byte, mode os.FileMode) {
+func WriteFile(t testing.TB, path string, data []byte, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, data, mode); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// shell returns an SSH shell over the pool with known_hosts file kh.
-func (p *sshPool) shell(t *testing.T, kh string, commandTimeout time.Duration) *SSHShell {
-	t.Helper()
-	s, err := NewSSHShell(SSHOptions{PrivateKey: p.clientKey, KnownHostsFile: kh, ConnectTimeout: 10 * time.Second, CommandTimeout: commandTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// markerScript appends the machine's name to <dir>/<host>.<what>, so the
+// MarkerScript returns a script that appends the machine's name to <dir>/<host>.<what>, so the
 // test sees which machine ran it. It fails unless it runs inside the
 // namespace and the provider told it its own providerID.
-func (p *sshPool) markerScript(what string) []byte {
+func (p *Pool) MarkerScript(what string) []byte {
 	return fmt.Appendf(nil, `#!/bin/sh
 set -eu
 ip -o -4 addr show | grep -q ' %[1]s/' || { echo "not in the test namespace" >&2; exit 3; }
 [ "$PREBAKE_PROVIDER_ID" = "static://$PREBAKE_TEST_HOST" ] || { echo "PREBAKE_PROVIDER_ID is $PREBAKE_PROVIDER_ID" >&2; exit 4; }
 echo "$PREBAKE_TEST_HOST" >> %[2]q/"$PREBAKE_TEST_HOST".%[3]s
-`, p.addr, p.dir, what)
+`, p.Addr, p.Dir, what)
 }
 
-// markers returns the lines of <dir>/<host>.<what>, nil when absent.
-func (p *sshPool) markers(t *testing.T, host, what string) []string {
+// Markers returns the lines of <dir>/<host>.<what>, nil when absent.
+func (p *Pool) Markers(t testing.TB, host, what string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(p.dir, host+"."+what))
+	b, err := os.ReadFile(filepath.Join(p.Dir, host+"."+what))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
