@@ -22,7 +22,7 @@ import (
 // can't show this (it enforces no resourceVersion), hence the real server.
 func TestReplicasRaceForClaims(t *testing.T) {
 	t.Parallel()
-	rc := statictest.StartCluster(t)
+	rc := statictest.StartCluster(t).Config
 	const n, k, rounds = 6, 4, 3
 	for round := range rounds {
 		ns := fmt.Sprintf("race-%d", round)
@@ -96,7 +96,7 @@ func TestReplicasRaceForClaims(t *testing.T) {
 // and Classify makes it a retry.
 func TestClaimUpdateNeedsFreshResourceVersion(t *testing.T) {
 	t.Parallel()
-	rc := statictest.StartCluster(t)
+	rc := statictest.StartCluster(t).Config
 	replicas := make([]*Provider, 2)
 	for i := range replicas {
 		client, err := kubernetes.NewForConfig(rc)

@@ -33,13 +33,21 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// Cluster is a running hermetic control plane.
+type Cluster struct {
+	// Config is the admin client config.
+	Config *rest.Config
+	// Kubeconfig is the path of the admin kubeconfig.
+	Kubeconfig string
+}
+
 // StartCluster starts a hermetic control plane (e2e/cluster: etcd,
 // kube-apiserver and the rest, on loopback) for the test and returns its
-// admin client config; it stops at the test's cleanup. It needs the
+// admin client config and kubeconfig; it stops at the test's cleanup. It needs the
 // binaries cached by `go run ./e2e/cluster/cmd/e2e-cluster build`: without
 // them the test skips with one line, except under CI=true, where they are
 // built (or the test fails).
-func StartCluster(t testing.TB) *rest.Config {
+func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	dir, err := cluster.DefaultCacheDir()
 	if err != nil {
@@ -73,5 +81,5 @@ func StartCluster(t testing.TB) *rest.Config {
 		t.Fatal(err)
 	}
 	rc.QPS, rc.Burst = 200, 400
-	return rc
+	return &Cluster{Config: rc, Kubeconfig: h.Kubeconfig()}
 }
