@@ -357,7 +357,7 @@ func buildStatic(cfg *config.Config, s *config.StaticProvider, log *slog.Logger)
 		Shell:        shell,
 		ResetCommand: s.ResetCommand,
 		DrainTimeout: s.DrainTimeout.Duration,
-		Logger:       log.With("provider", "static"),
+		Logger:       log,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -139,6 +139,7 @@ func (p *Provider) claimFree(ctx context.Context, req providers.CreateRequest, k
 			return nil, err
 		}
 		if lost {
+			p.lostRaces.Add(1)
 			continue
 		}
 		p.log.Info("machine claimed", "group", req.Group, "instance", req.Name, "host", m.Host, "providerID", providerid.Format(m.Host))

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -110,8 +111,11 @@ type Provider struct {
 	// names serialises Creates of one machine name in this process, so a
 	// retry racing its own first attempt can't claim two machines.
 	names keyedMutex
-	// hosts serialises Creates and Deletes of one host in this process.
+	// hosts serialises Deletes of one host in this process.
 	hosts keyedMutex
+	// lostRaces counts claims another replica (or Create) took between
+	// our list and our create; tests read it.
+	lostRaces atomic.Int64
 }
 
 var _ providers.Provider = (*Provider)(nil)

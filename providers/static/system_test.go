@@ -3,19 +3,23 @@ package static
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/ssh/knownhosts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/providertest"
 	"github.com/prebake-dev/prebake/providers/static/providerid"
 	"github.com/prebake-dev/prebake/providers/static/statictest"
 )
@@ -231,5 +235,98 @@ func TestSystemCommandFails(t *testing.T) {
 	}
 	if diff := cmp.Diff(&CommandError{Host: "m1", Status: 7, Stderr: "apt is locked"}, ce); diff != "" {
 		t.Errorf("CommandError (-want +got):\n%s", diff)
+	}
+}
+
+// TestConformanceSystem runs the conformance suite over real sshd machines
+// and a real API server: each fresh "cloud" is a new claim namespace over
+// the same machines. The suite's node script is "#cloud-config", a comment
+// to sh, so it succeeds everywhere.
+func TestConformanceSystem(t *testing.T) {
+	t.Parallel()
+	sp := statictest.NewPool(t, 12) // the suite's parallel case makes 8, the restart case 3
+	kc := statictest.StartCluster(t)
+	shell := poolShell(t, sp, sp.KnownHosts, time.Minute)
+	var namespaces atomic.Int64
+	newNamespace := func() string { return fmt.Sprintf("conformance-%d", namespaces.Add(1)) }
+	var clouds sync.Map // providers.Provider → its namespace
+	build := func(t *testing.T, ns string, sh Shell, machines []Machine) providers.Provider {
+		t.Helper()
+		client, err := kubernetes.NewForConfig(kc.Config) // a connection of its own, as a restarted plugin has
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newTestProvider(t, client, sh, machines, func(o *Options) { o.Cluster, o.Namespace, o.Now, o.ResetCommand = "c", ns, nil, "true" })
+		clouds.Store(providers.Provider(p), ns)
+		return p
+	}
+	wrongKeys := filepath.Join(t.TempDir(), "known_hosts")
+	var lines strings.Builder
+	for _, m := range poolMachines(sp) {
+		k, _ := statictest.NewKey(t)
+		lines.WriteString(knownhosts.Line([]string{addrOf(m)}, k) + "\n")
+	}
+	statictest.WriteFile(t, wrongKeys, []byte(lines.String()), 0o600)
+	providertest.Run(t, providertest.Setup{
+		New: func(t *testing.T) providers.Provider {
+			return build(t, newNamespace(), shell, poolMachines(sp))
+		},
+		Reopen: func(t *testing.T, p providers.Provider) providers.Provider {
+			ns, ok := clouds.Load(p)
+			if !ok {
+				t.Fatal("Reopen of a provider this test did not build")
+			}
+			return build(t, ns.(string), shell, poolMachines(sp))
+		},
+		CreateErrors: []providertest.CreateErrorCase{
+			{
+				Name: "pool has no machine of the type",
+				New: func(t *testing.T) providers.Provider {
+					ms := poolMachines(sp)[:2]
+					for i := range ms {
+						ms[i].MachineType = "metal-large"
+					}
+					return build(t, newNamespace(), shell, ms)
+				},
+				Class: providers.ErrorOutOfResources,
+			},
+			{
+				Name: "nothing listens on the SSH port",
+				New: func(t *testing.T) providers.Provider {
+					ms := poolMachines(sp)[:1]
+					ms[0].Port = 1
+					return build(t, newNamespace(), shell, ms)
+				},
+				Class: providers.ErrorOther, Retryable: true,
+			},
+			{
+				Name: "host key mismatch",
+				New: func(t *testing.T) providers.Provider {
+					return build(t, newNamespace(), poolShell(t, sp, wrongKeys, time.Minute), poolMachines(sp))
+				},
+				Class: providers.ErrorOther,
+			},
+		},
+		Cluster:     "c",
+		MachineType: testType,
+		Location:    testZone,
+	})
+}
+
+// BenchmarkSSHShellRun measures one script run on a real sshd: TCP connect,
+// handshake with the host key check, public-key login, `sh -s` with a
+// one-line script, exit status. It is the fixed cost the static provider
+// adds to every bootstrap and reset.
+func BenchmarkSSHShellRun(b *testing.B) {
+	sp := statictest.NewPool(b, 1)
+	s, err := NewSSHShell(SSHOptions{PrivateKey: sp.ClientKey, KnownHostsFile: sp.KnownHosts})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := Machine{Host: sp.Machines[0].Host, Address: sp.Machines[0].Address, Port: sp.Machines[0].Port, User: "root"}
+	for b.Loop() {
+		if err := s.Run(context.Background(), m, []byte("true\n")); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
