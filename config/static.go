@@ -2,10 +2,12 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/prebake-dev/prebake/providers"
@@ -73,6 +75,10 @@ type StaticMachine struct {
 	// Group reserves the machine for one node group; empty means any static
 	// group of its machine type and zone.
 	Group string `yaml:"group"`
+	// Labels are node labels of this machine only, handed to the node
+	// script (PREBAKE_NODE_LABELS). CA's scale-from-zero templates don't
+	// see them: put labels pods select on in the group's labels.
+	Labels map[string]string `yaml:"labels"`
 }
 
 // MachineTypeList returns the declared machine types as provider values.
@@ -197,6 +203,17 @@ func (v *validator) static(s *StaticProvider) {
 		}
 		if m.Zone != "" {
 			v.labelValue(mp+".zone", m.Zone)
+		}
+		for _, key := range sortedKeys(m.Labels) {
+			lp := joinKey(mp+".labels", key)
+			switch {
+			case len(content.IsLabelKey(key)) > 0:
+				v.errorf(lp, "%s: label key %q is not valid: %s", mp, short(key), strings.Join(content.IsLabelKey(key), "; "))
+			case strings.HasPrefix(key, "prebake.dev/") || slices.Contains(prebakeLabels, key) || key == v.c.GPULabel:
+				v.errorf(lp, "%s: label %q is set by prebake; remove it from labels", mp, short(key))
+			case len(content.IsLabelValue(m.Labels[key])) > 0:
+				v.errorf(lp, "%s: label %s: value %q is not valid: %s", mp, short(key), short(m.Labels[key]), strings.Join(content.IsLabelValue(m.Labels[key]), "; "))
+			}
 		}
 		if m.Group != "" && !staticGroups[m.Group] {
 			v.errorf(mp+".group", "%s: group %q is not a node group of the static provider; name one, or leave group out", mp, short(m.Group))

@@ -23,7 +23,7 @@ providers:
       - {name: metal, cpu: "8", memory: 32Gi}
     machines:
       - {host: node-1, address: 10.0.0.1, machineType: metal, zone: dc1}
-      - {host: node-2, port: 2222, user: admin, machineType: metal, group: big}
+      - {host: node-2, port: 2222, user: admin, machineType: metal, labels: {rack: r1}, group: big}
 nodeGroups:
   - {id: small, provider: static, maxSize: 2, machineType: metal, location: dc1}
   - {id: big, provider: static, maxSize: 1, machineType: metal, location: dc1}
@@ -48,7 +48,7 @@ func TestParseStatic(t *testing.T) {
 		MachineTypes:   []MachineType{{Name: "metal", CPU: q("8"), Memory: q("32Gi"), Arch: "amd64"}},
 		Machines: []StaticMachine{
 			{Host: "node-1", Address: "10.0.0.1", Port: 22, User: "root", MachineType: "metal", Zone: "dc1"},
-			{Host: "node-2", Port: 2222, User: "admin", MachineType: "metal", Group: "big"},
+			{Host: "node-2", Port: 2222, User: "admin", MachineType: "metal", Group: "big", Labels: map[string]string{"rack": "r1"}},
 		},
 	}
 	if diff := cmp.Diff(want, c.Providers.Static); diff != "" {
@@ -89,10 +89,12 @@ func TestParseStaticErrors(t *testing.T) {
 		{name: "undeclared machine type", in: edit("machineType: metal, zone", "machineType: metl, zone"), want: []string{"static.yaml:11:", `machineType "metl" is not in providers.static.machineTypes (did you mean "metal"?)`}},
 		{name: "bad port", in: edit("port: 2222", "port: 70000"), want: []string{"static.yaml:12:", "port is 70000"}},
 		{name: "group not static", in: edit("group: big}", "group: huge}"), want: []string{"static.yaml:12:", `group "huge" is not a node group of the static provider`}},
-		{name: "empty pool", in: edit("      - {host: node-1, address: 10.0.0.1, machineType: metal, zone: dc1}\n      - {host: node-2, port: 2222, user: admin, machineType: metal, group: big}\n", "", "machines:\n", "machines: []\n"), want: []string{"providers.static.machines is empty"}},
+		{name: "empty pool", in: edit("      - {host: node-1, address: 10.0.0.1, machineType: metal, zone: dc1}\n      - {host: node-2, port: 2222, user: admin, machineType: metal, labels: {rack: r1}, group: big}\n", "", "machines:\n", "machines: []\n"), want: []string{"providers.static.machines is empty"}},
 		{name: "no machine types", in: edit("      - {name: metal, cpu: \"8\", memory: 32Gi}\n", "", "machineTypes:\n", "machineTypes: []\n"), want: []string{"providers.static.machineTypes is empty"}},
 		{name: "type without memory", in: edit(`{name: metal, cpu: "8", memory: 32Gi}`, `{name: metal, cpu: "8"}`), want: []string{"static.yaml:9:", "memory is 0"}},
 		{name: "group machine type", in: edit("maxSize: 2, machineType: metal", "maxSize: 2, machineType: metal-xl"), want: []string{"static.yaml:14:", `machineType "metal-xl" is not in providers.static.machineTypes`}},
+		{name: "machine label prebake owns", in: edit("zone: dc1}", "zone: dc1, labels: {prebake.dev/group: x}}"), want: []string{"static.yaml:11:", `label "prebake.dev/group" is set by prebake`}},
+		{name: "machine label value", in: edit("zone: dc1}", "zone: dc1, labels: {rack: \"r 1\"}}"), want: []string{"static.yaml:11:", `label rack: value "r 1" is not valid`}},
 		{name: "image channel", in: edit("location: dc1}\n  - {id: big", "location: dc1, image: {channel: stable}}\n  - {id: big"), want: []string{"static.yaml:14:", "can't boot an image"}},
 		{name: "zero timeout", in: edit("    machineTypes:\n", "    drainTimeout: 0s\n    machineTypes:\n"), want: []string{"providers.static.drainTimeout is 0s"}},
 		{name: "empty reset", in: edit("    machineTypes:\n", "    resetCommand: \"\"\n    machineTypes:\n"), want: []string{"providers.static.resetCommand is empty"}},

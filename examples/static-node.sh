@@ -13,5 +13,6 @@ fi
 # The provider runs this script with PREBAKE_PROVIDER_ID=static://<host>:
 # the kubelet must register with it, so the Node matches the claim.
 mkdir -p /etc/default
-echo "KUBELET_EXTRA_ARGS=--provider-id=$PREBAKE_PROVIDER_ID" >/etc/default/kubelet
+# PREBAKE_NODE_LABELS holds the machine's own labels (k=v,k=v), maybe none.
+echo "KUBELET_EXTRA_ARGS=--provider-id=$PREBAKE_PROVIDER_ID${PREBAKE_NODE_LABELS:+ --node-labels=$PREBAKE_NODE_LABELS}" >/etc/default/kubelet
 $PREBAKE_JOIN

@@ -345,7 +345,7 @@ func buildStatic(cfg *config.Config, s *config.StaticProvider, log *slog.Logger)
 	for _, m := range s.Machines {
 		machines = append(machines, static.Machine{
 			Host: m.Host, Address: m.Address, Port: m.Port, User: m.User,
-			MachineType: m.MachineType, Zone: m.Zone, Group: m.Group,
+			MachineType: m.MachineType, Zone: m.Zone, Group: m.Group, Labels: m.Labels,
 		})
 	}
 	p, err := static.New(static.Options{

@@ -308,6 +308,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{name: "undeclared type", mod: func(o *Options) { o.Machines = []Machine{{Host: "a", MachineType: "xl"}} }, wantErr: `machine type "xl" is not declared`},
 		{name: "type without cpu", mod: func(o *Options) { o.MachineTypes = []providers.MachineType{{Name: testType, MemoryBytes: 1}} }, wantErr: "declare its cpu and memory"},
 		{name: "bad port", mod: func(o *Options) { o.Machines = []Machine{{Host: "a", MachineType: testType, Port: 70000}} }, wantErr: "not a TCP port"},
+		{name: "bad label", mod: func(o *Options) {
+			o.Machines = []Machine{{Host: "a", MachineType: testType, Labels: map[string]string{"rack": "r 1"}}}
+		}, wantErr: `label rack: value "r 1"`},
 		{name: "no shell", mod: func(o *Options) { o.Shell = nil }, wantErr: "Shell is nil"},
 		{name: "no cluster", mod: func(o *Options) { o.Cluster = "" }, wantErr: "Cluster is empty"},
 	}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -142,7 +144,8 @@ func (e *CommandError) Error() string {
 
 // Run implements Shell: it connects to m, checks its host key, and runs
 // `sh -s` (through `sudo -n` for a user other than root) with script on
-// standard input and EnvProviderID and EnvHost in its environment, within
+// standard input and EnvProviderID, EnvHost and EnvNodeLabels in its
+// environment, within
 // the command timeout.
 func (s *SSHShell) Run(ctx context.Context, m Machine, script []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, s.commandTimeout)
@@ -186,18 +189,25 @@ func (s *SSHShell) Run(ctx context.Context, m Machine, script []byte) error {
 	return &DialError{Host: m.Host, Addr: addrOf(m), Err: err}
 }
 
-// EnvProviderID and EnvHost are set for every script: the node script
-// passes the providerID to the kubelet, so the Node matches the claim.
+// Environment of every script. The node script passes the providerID to
+// the kubelet, so the Node matches the claim, and may add the machine's
+// labels to the kubelet's --node-labels.
 const (
-	EnvProviderID = "PREBAKE_PROVIDER_ID"
-	EnvHost       = "PREBAKE_HOST"
+	EnvProviderID = "PREBAKE_PROVIDER_ID" // static://<host>
+	EnvHost       = "PREBAKE_HOST"        // <host>
+	EnvNodeLabels = "PREBAKE_NODE_LABELS" // k1=v1,k2=v2 (sorted; empty when none)
 )
 
 // remoteCommand is what runs on m: sh reading the script from stdin, with
 // the machine's identity in its environment. Host is a DNS-1123 subdomain
-// (checked by New), so it needs no shell quoting.
+// and labels are valid Kubernetes labels (checked by New): none holds a
+// character the shell would interpret, so nothing needs quoting.
 func remoteCommand(m Machine) string {
-	cmd := fmt.Sprintf("env %s=%s %s=%s sh -s", EnvProviderID, providerid.Format(m.Host), EnvHost, m.Host)
+	labels := make([]string, 0, len(m.Labels))
+	for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+		labels = append(labels, k+"="+m.Labels[k])
+	}
+	cmd := fmt.Sprintf("env %s=%s %s=%s %s=%s sh -s", EnvProviderID, providerid.Format(m.Host), EnvHost, m.Host, EnvNodeLabels, strings.Join(labels, ","))
 	if m.User != "root" {
 		cmd = "sudo -n " + cmd
 	}

@@ -46,6 +46,10 @@ type Machine struct {
 	Zone string
 	// Group reserves the machine for one node group; empty means any group.
 	Group string
+	// Labels are extra node labels of this machine only (a rack, a disk
+	// kind), handed to the node script in EnvNodeLabels. Keys and values
+	// must be valid Kubernetes labels.
+	Labels map[string]string
 }
 
 func (m Machine) dialAddress() string {
@@ -180,6 +184,14 @@ func New(o Options) (*Provider, error) {
 		}
 		if m.User == "" {
 			m.User = DefaultUser
+		}
+		for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				return nil, fmt.Errorf("static: machine %q: label key %q: %s", m.Host, k, strings.Join(errs, "; "))
+			}
+			if errs := validation.IsValidLabelValue(m.Labels[k]); len(errs) > 0 {
+				return nil, fmt.Errorf("static: machine %q: label %s: value %q: %s", m.Host, k, m.Labels[k], strings.Join(errs, "; "))
+			}
 		}
 		byHost[m.Host] = m
 		machines = append(machines, m)

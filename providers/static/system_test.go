@@ -330,3 +330,21 @@ func BenchmarkSSHShellRun(b *testing.B) {
 		}
 	}
 }
+
+// TestSystemScriptEnvironment: a script learns its machine's providerID,
+// host and labels from its environment, and runs as root.
+func TestSystemScriptEnvironment(t *testing.T) {
+	t.Parallel()
+	sp := statictest.NewPool(t, 1)
+	m := poolMachines(sp)[0]
+	m.Labels = map[string]string{"rack": "r1", "example.com/disk": "nvme"}
+	err := poolShell(t, sp, sp.KnownHosts, time.Minute).Run(t.Context(), m, []byte(`
+[ "$PREBAKE_PROVIDER_ID" = static://m1 ] || { echo "providerID $PREBAKE_PROVIDER_ID" >&2; exit 1; }
+[ "$PREBAKE_HOST" = m1 ] || { echo "host $PREBAKE_HOST" >&2; exit 1; }
+[ "$PREBAKE_NODE_LABELS" = example.com/disk=nvme,rack=r1 ] || { echo "labels $PREBAKE_NODE_LABELS" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "uid $(id -u)" >&2; exit 1; }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
