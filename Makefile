@@ -72,6 +72,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/kwok/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/hcloud/providerid/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/static/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
 	$(GO) test -run '^$$' -fuzz FuzzParseName -fuzztime 20s ./imagecatalog/
 	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime 20s ./bootstrap/

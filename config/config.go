@@ -100,6 +100,7 @@ type Workers struct {
 type Providers struct {
 	Kwok   *KwokProvider   `yaml:"kwok"`
 	Hcloud *HcloudProvider `yaml:"hcloud"`
+	Static *StaticProvider `yaml:"static"`
 }
 
 // Names returns the keys of the configured providers, in field order.
@@ -127,7 +128,7 @@ func providerFields() []string {
 
 // plannedProviders are config keys of providers that are designed but not in
 // this build; naming one gets a clearer error than "unknown field".
-var plannedProviders = map[string]bool{"gce": true, "static": true}
+var plannedProviders = map[string]bool{"gce": true}
 
 // KwokProvider is the embedded default provider: its machines are Node
 // objects in a cluster that kwok keeps Ready. Boot times are SIMULATED.
@@ -195,11 +196,15 @@ type MachineType struct {
 // MachineTypeList returns the configured machine types as provider values,
 // or nil when the config sets none (the provider then uses its own).
 func (k KwokProvider) MachineTypeList() []providers.MachineType {
-	if k.MachineTypes == nil {
+	return machineTypeList(k.MachineTypes)
+}
+
+func machineTypeList(list []MachineType) []providers.MachineType {
+	if list == nil {
 		return nil
 	}
-	out := make([]providers.MachineType, 0, len(k.MachineTypes))
-	for _, m := range k.MachineTypes {
+	out := make([]providers.MachineType, 0, len(list))
+	for _, m := range list {
 		out = append(out, providers.MachineType{
 			Name:                  m.Name,
 			MilliCPU:              m.CPU.MilliValue(),

@@ -306,12 +306,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "a provider that is not in this build",
 			in:    edit(t, "kwok: {}", "kwok: {}\n  gce: {}"),
-			exact: `test.yaml:6: unknown field "gce" in providers: the gce provider is not in this build yet (available: kwok, hcloud)`,
+			exact: `test.yaml:6: unknown field "gce" in providers: the gce provider is not in this build yet (available: kwok, hcloud, static)`,
 		},
 		{
 			name:  "an unknown provider lists hcloud",
 			in:    edit(t, "kwok: {}", "kwok: {}\n  openstack: {}"),
-			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud)`,
+			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud, static)`,
 		},
 		{
 			name:  "hcloud token inline is refused",
@@ -529,7 +529,7 @@ func TestParseErrors(t *testing.T) {
 			name: "no provider",
 			in:   edit(t, "providers:\n  kwok: {}\n", "providers: {}\n"),
 			want: []string{
-				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud)`,
+				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud, static)`,
 				`test.yaml:7: node group "small": provider "kwok" is not configured; add it under providers`,
 			},
 			count: 2,

@@ -44,6 +44,7 @@ func (c *Config) applyDefaults(set map[string]bool) {
 	if _, written := c.lines["providers.kwok"]; written && c.Providers.Kwok == nil {
 		c.Providers.Kwok = &KwokProvider{}
 	}
+	c.applyStaticDefaults(set)
 	if h := c.Providers.Hcloud; h != nil && unset("providers.hcloud.image") {
 		h.Image = defaultHcloudImage
 	}

@@ -163,6 +163,9 @@ func (v *validator) providers() {
 	if h := v.c.Providers.Hcloud; h != nil {
 		v.hcloud(h)
 	}
+	if s := v.c.Providers.Static; s != nil {
+		v.static(s)
+	}
 }
 
 func (v *validator) hcloud(h *HcloudProvider) {
@@ -213,17 +216,37 @@ func (v *validator) kwok(k *KwokProvider) {
 	if k.MachineTypes != nil && len(k.MachineTypes) == 0 {
 		v.errorf(p+".machineTypes", "%s.machineTypes is empty; list at least one machine type, or leave the key out to use the built-in ones", p)
 	}
+	v.machineTypes(p+".machineTypes", k.MachineTypes, "kwok-small")
+
+	for _, zone := range sortedKeys(k.Capacity) {
+		zp := joinKey(p+".capacity", zone)
+		if zone == "" {
+			v.errorf(zp, "%s: a zone name is empty", p+".capacity")
+		} else {
+			v.labelValue(zp, zone)
+		}
+		if n := k.Capacity[zone]; n < 0 {
+			v.errorf(zp, "%s is %d; use 0 (simulated stockout) or more, or leave the zone out for no limit", zp, n)
+		}
+	}
+}
+
+// machineTypes checks a list of declared machine types at path and returns
+// the set of their names. example is a name to suggest.
+func (v *validator) machineTypes(path string, list []MachineType, example string) map[string]bool {
+	names := map[string]bool{}
 	firstIndex := map[string]int{}
-	for i, m := range k.MachineTypes {
-		mp := joinIndex(p+".machineTypes", i)
+	for i, m := range list {
+		mp := joinIndex(path, i)
 		if m.Name == "" {
-			v.errorf(mp+".name", "%s: name is required, such as \"kwok-small\"", mp)
+			v.errorf(mp+".name", "%s: name is required, such as %q", mp, example)
 		} else {
 			v.labelValue(mp+".name", m.Name) // it is the node.kubernetes.io/instance-type label
 			if j, dup := firstIndex[m.Name]; dup {
-				v.errorf(mp+".name", "%s: machine type %q is also defined by %s; names must be unique", mp, short(m.Name), joinIndex(p+".machineTypes", j))
+				v.errorf(mp+".name", "%s: machine type %q is also defined by %s; names must be unique", mp, short(m.Name), joinIndex(path, j))
 			} else {
 				firstIndex[m.Name] = i
+				names[m.Name] = true
 			}
 		}
 		v.quantity(mp+".cpu", m.CPU, true, maxCPU, "2")
@@ -245,18 +268,7 @@ func (v *validator) kwok(k *KwokProvider) {
 			v.errorf(mp+".pricePerHour", "%s.pricePerHour is %v; use 0 (unknown) or more", mp, m.PricePerHour)
 		}
 	}
-
-	for _, zone := range sortedKeys(k.Capacity) {
-		zp := joinKey(p+".capacity", zone)
-		if zone == "" {
-			v.errorf(zp, "%s: a zone name is empty", p+".capacity")
-		} else {
-			v.labelValue(zp, zone)
-		}
-		if n := k.Capacity[zone]; n < 0 {
-			v.errorf(zp, "%s is %d; use 0 (simulated stockout) or more, or leave the zone out for no limit", zp, n)
-		}
-	}
+	return names
 }
 
 func (v *validator) nodeGroups() {
@@ -402,12 +414,18 @@ func (v *validator) groupProvider(p, name string, g NodeGroup) {
 // groupMachineType checks the machine type against a configured list; the
 // providers' built-in types are checked when the provider starts.
 func (v *validator) groupMachineType(p, name string, g NodeGroup) {
-	k := v.c.Providers.Kwok
-	if g.Provider != "kwok" || k == nil || len(k.MachineTypes) == 0 {
+	var list []MachineType
+	switch {
+	case g.Provider == "kwok" && v.c.Providers.Kwok != nil:
+		list = v.c.Providers.Kwok.MachineTypes
+	case g.Provider == "static" && v.c.Providers.Static != nil:
+		list = v.c.Providers.Static.MachineTypes
+	}
+	if len(list) == 0 {
 		return
 	}
-	names := make([]string, 0, len(k.MachineTypes))
-	for _, m := range k.MachineTypes {
+	names := make([]string, 0, len(list))
+	for _, m := range list {
 		if m.Name == g.MachineType {
 			return
 		}
@@ -417,7 +435,7 @@ func (v *validator) groupMachineType(p, name string, g NodeGroup) {
 	if s := suggest(g.MachineType, names); s != "" {
 		hint = fmt.Sprintf(" (did you mean %q?)", s)
 	}
-	v.errorf(p+".machineType", "%s: machineType %q is not in providers.kwok.machineTypes%s; have: %s", name, short(g.MachineType), hint, strings.Join(names, ", "))
+	v.errorf(p+".machineType", "%s: machineType %q is not in providers.%s.machineTypes%s; have: %s", name, short(g.MachineType), g.Provider, hint, strings.Join(names, ", "))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

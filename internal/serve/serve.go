@@ -38,6 +38,7 @@ import (
 	"github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/kwok"
 	"github.com/prebake-dev/prebake/providers/metrics"
+	"github.com/prebake-dev/prebake/providers/static"
 )
 
 // Options are the flags of `prebake serve`.
@@ -250,7 +251,7 @@ type builtProviders struct {
 func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger) (builtProviders, error) {
 	out := builtProviders{providers: map[string]providers.Provider{}}
 	if k := cfg.Providers.Kwok; k != nil {
-		rc, err := restConfig(k.Kubeconfig)
+		rc, err := restConfig(k.Kubeconfig, "providers.kwok.kubeconfig")
 		var noCluster error
 		if errors.Is(err, errNoKubeconfig) {
 			// Serve the groups and templates anyway; List fails with the fix
@@ -308,12 +309,70 @@ func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger)
 		}
 		out.providers["hcloud"] = metrics.Wrap(p, m)
 	}
+	if s := cfg.Providers.Static; s != nil {
+		p, client, err := buildStatic(cfg, s, log)
+		if err != nil {
+			return out, fmt.Errorf("providers.static: %w", err)
+		}
+		out.providers["static"] = metrics.Wrap(p, m)
+		if out.kube == nil {
+			out.kube = client
+		}
+	}
 	return out, nil
 }
 
-// restConfig resolves the kwok target cluster: the config's kubeconfig,
-// then $KUBECONFIG, then the in-cluster config.
-func restConfig(path string) (*rest.Config, error) {
+// buildStatic builds the static provider. Unlike kwok it needs its cluster
+// to serve at all: the claims are the pool's only state.
+func buildStatic(cfg *config.Config, s *config.StaticProvider, log *slog.Logger) (*static.Provider, kubernetes.Interface, error) {
+	rc, err := restConfig(s.Kubeconfig, "providers.static.kubeconfig")
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := s.PrivateKey.Resolve()
+	if err != nil {
+		return nil, nil, fmt.Errorf("privateKey: %w", err)
+	}
+	shell, err := static.NewSSHShell(static.SSHOptions{
+		PrivateKey:     []byte(key + "\n"),
+		KnownHostsFile: s.KnownHosts,
+		ConnectTimeout: s.ConnectTimeout.Duration,
+		CommandTimeout: s.CommandTimeout.Duration,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	machines := make([]static.Machine, 0, len(s.Machines))
+	for _, m := range s.Machines {
+		machines = append(machines, static.Machine{
+			Host: m.Host, Address: m.Address, Port: m.Port, User: m.User,
+			MachineType: m.MachineType, Zone: m.Zone, Group: m.Group, Labels: m.Labels,
+		})
+	}
+	p, err := static.New(static.Options{
+		Client:       client,
+		Cluster:      cfg.ClusterName,
+		Namespace:    s.Namespace,
+		Machines:     machines,
+		MachineTypes: s.MachineTypeList(),
+		Shell:        shell,
+		ResetCommand: s.ResetCommand,
+		DrainTimeout: s.DrainTimeout.Duration,
+		Logger:       log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, client, nil
+}
+
+// restConfig resolves a provider's target cluster: the config's kubeconfig
+// (key names it in errors), then $KUBECONFIG, then the in-cluster config.
+func restConfig(path, key string) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
 	switch {
@@ -324,7 +383,7 @@ func restConfig(path string) (*rest.Config, error) {
 	default:
 		rc, err = rest.InClusterConfig()
 		if err != nil {
-			err = fmt.Errorf("%w: set providers.kwok.kubeconfig or $KUBECONFIG, or run in a cluster (%v)", errNoKubeconfig, err)
+			err = fmt.Errorf("%w: set %s or $KUBECONFIG, or run in a cluster (%v)", errNoKubeconfig, key, err)
 		}
 	}
 	if err != nil {
