@@ -73,6 +73,9 @@ type Options struct {
 	// Catalog is the image catalog that groups' channels resolve against,
 	// reloaded on every sync. Nil means every group installs at runtime.
 	Catalog CatalogSource
+	// UserData renders each machine's user-data (bootstrap) when the group
+	// has no userDataFile; nil sends the group's UserData as is.
+	UserData UserDataSource
 	// Events receives image fallbacks; nil logs them only.
 	Events   EventSink
 	Metrics  *Metrics

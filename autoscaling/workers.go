@@ -184,11 +184,18 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 	c.mu.Unlock()
 
 	var got providers.Instance
-	cls, err := w.call(ctx, func(ctx context.Context) error {
-		var err error
-		got, err = w.provider.Create(ctx, req)
-		return err
-	})
+	ud, err := c.userDataFor(ctx, inst)
+	cls := providers.Classification{Class: providers.ErrorOther, Code: "user_data"}
+	if err == nil {
+		// Rendered for this attempt only: the join token in it is a
+		// secret, so it is not kept on the instance.
+		req.UserData = ud
+		cls, err = w.call(ctx, func(ctx context.Context) error {
+			var err error
+			got, err = w.provider.Create(ctx, req)
+			return err
+		})
+	}
 	now := c.now()
 
 	c.mu.Lock()

@@ -28,6 +28,10 @@ type Input struct {
 	// NodeName is the Node object's name; it must be a DNS-1123 subdomain.
 	NodeName string
 	// ProviderID is set in the kubelet configuration, so the Node carries it from the start.
+	// Empty means it is known only at boot: the script takes $PREBAKE_PROVIDER_ID from its
+	// environment (the static provider sets it to static://<host> for the machine it
+	// claimed) or, when that is unset too, leaves it to the cloud's controller manager
+	// (hcloud's CCM sets hcloud://<id> on the Node it initialises).
 	ProviderID string
 	// Labels and Taints are registered by the kubelet with the Node (kubeadm nodeRegistration).
 	Labels map[string]string
@@ -167,8 +171,8 @@ func (in Input) validate() (Input, error) {
 	if msgs := validation.IsDNS1123Subdomain(in.NodeName); len(msgs) > 0 {
 		bad("nodeName %q: %s", in.NodeName, strings.Join(msgs, "; "))
 	}
-	if in.ProviderID == "" || strings.ContainsFunc(in.ProviderID, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		bad("providerID %q: want a non-empty id without control characters, e.g. hcloud://123", in.ProviderID)
+	if strings.ContainsFunc(in.ProviderID, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		bad("providerID %q: want an id without control characters, e.g. gce://project/zone/name, or empty to take it at boot", in.ProviderID)
 	}
 	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {

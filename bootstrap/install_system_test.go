@@ -175,15 +175,15 @@ func runScript(t testing.TB, root string, in bootstrap.Input) (bootstrap.Status,
 	return readStatus(t, root, out, err), out, err
 }
 
-// runScriptStdin pipes the standalone script to `sh -s`, the way providers/static runs it
-// over SSH.
-func runScriptStdin(t testing.TB, root string, in bootstrap.Input) (bootstrap.Status, []byte, error) {
+// runScriptStdin pipes the standalone script to `sh -s` with env, the way providers/static
+// runs it over SSH.
+func runScriptStdin(t testing.TB, root string, in bootstrap.Input, env ...string) (bootstrap.Status, []byte, error) {
 	t.Helper()
 	ud, err := bootstrap.Render(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := chrootCmd(root, nil, "sh", "-s")
+	cmd := chrootCmd(root, env, "sh", "-s")
 	cmd.Stdin = bytes.NewReader(ud.Script)
 	out, err := cmd.CombinedOutput()
 	return readStatus(t, root, out, err), out, err
@@ -298,9 +298,12 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	}
 
 	// 3. A new node from this filesystem as a prebaked image; this time the standalone
-	// script is piped to sh -s, as providers/static does.
+	// script is piped to sh -s, as providers/static does: rendered before a machine was
+	// claimed, it takes the providerID from the environment the provider sets.
 	dpkgLog := readFile(t, filepath.Join(root, "var/log/dpkg.log"))
-	prebaked, out, err := runScriptStdin(t, root, nodeInput("node-b", comps))
+	nodeB := nodeInput("node-b", comps)
+	nodeB.ProviderID = ""
+	prebaked, out, err := runScriptStdin(t, root, nodeB, "PREBAKE_PROVIDER_ID=static://node-b")
 	if err != nil {
 		t.Fatalf("prebaked run: %v\n%s", err, tail(out))
 	}
@@ -316,7 +319,7 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	if got := readFile(t, filepath.Join(root, "var/log/dpkg.log")); got != dpkgLog {
 		t.Errorf("prebaked node changed /var/log/dpkg.log")
 	}
-	if got := readFile(t, filepath.Join(root, "etc/prebake/kubeadm-patches/kubeletconfiguration+merge.yaml")); got != "providerID: static://node-b\n" {
+	if got := readFile(t, filepath.Join(root, "etc/prebake/kubeadm-patches/kubeletconfiguration+merge.yaml")); got != "providerID: 'static://node-b'\n" {
 		t.Errorf("kubelet patch = %q, want node-b's providerID", got)
 	}
 

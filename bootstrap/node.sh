@@ -320,6 +320,17 @@ phase_configure() {
 # --- phase 5: kubeadm join configuration, with the providerID for the kubelet ---------------
 phase_kubelet() {
 	prebake_kubelet_files
+	# A providerID known only at boot: the static provider passes the claimed machine's in the
+	# environment; without one the cloud's controller manager sets it, and the patch is empty.
+	if [ "$PREBAKE_FIXED_PROVIDER_ID" != 1 ]; then
+		if [ -n "${PREBAKE_PROVIDER_ID:-}" ]; then
+			put_file "$PREBAKE_KUBELET_PATCH" 0644 none "providerID: '$(printf '%s' "$PREBAKE_PROVIDER_ID" | sed "s/'/''/g")'
+"
+		else
+			put_file "$PREBAKE_KUBELET_PATCH" 0644 none '{}
+'
+		fi
+	fi
 	P_DETAIL="changed:${CHANGED_FILES:- nothing}"
 	CHANGED=""
 	CHANGED_FILES=""

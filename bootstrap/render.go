@@ -74,6 +74,8 @@ func renderScript(in Input) ([]byte, error) {
 		{"PREBAKE_LOCK_WAIT", fmt.Sprint(int64(in.Options.DpkgLockWait.Seconds() + 0.999))},
 		{"PREBAKE_RECORD", boolFlag(in.Options.RecordHostCommands)},
 		{"PREBAKE_SKIP_JOIN", boolFlag(in.Options.SkipJoin)},
+		{"PREBAKE_FIXED_PROVIDER_ID", boolFlag(in.ProviderID != "")},
+		{"PREBAKE_KUBELET_PATCH", KubeletPatchPath},
 		{"PREBAKE_MODULES", strings.Join(in.Modules, " ")},
 		{"PREBAKE_SYSCTLS_JSON", mustJSON(in.Sysctls)},
 		{"PREBAKE_MODULES_JSON", mustJSON(in.Modules)},
@@ -231,6 +233,9 @@ type (
 // join downloads the cluster's KubeletConfiguration and applies this patch on top.
 const KubeadmPatchesDir = "/etc/prebake/kubeadm-patches"
 
+// KubeletPatchPath is the patch itself: a JSON merge patch of the KubeletConfiguration.
+const KubeletPatchPath = KubeadmPatchesDir + "/kubeletconfiguration+merge.yaml"
+
 func kubeletFiles(in Input) ([]file, error) {
 	jc := joinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4",
@@ -257,15 +262,19 @@ func kubeletFiles(in Input) ([]file, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: marshal JoinConfiguration: %w", err)
 	}
-	patch, err := yaml.Marshal(map[string]string{"providerID": in.ProviderID})
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap: marshal kubelet patch: %w", err)
-	}
-	return []file{
+	files := []file{
 		// 0600: it holds the join token.
 		{"/etc/prebake/kubeadm-join.yaml", "0600", "none", string(join)},
-		{KubeadmPatchesDir + "/kubeletconfiguration+merge.yaml", "0644", "none", string(patch)},
-	}, nil
+	}
+	if in.ProviderID != "" {
+		patch, err := yaml.Marshal(map[string]string{"providerID": in.ProviderID})
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap: marshal kubelet patch: %w", err)
+		}
+		files = append(files, file{KubeletPatchPath, "0644", "none", string(patch)})
+	}
+	// Without a providerID here, node.sh writes the patch at boot (phase_kubelet).
+	return files, nil
 }
 
 type cloudConfig struct {

@@ -50,7 +50,7 @@ func TestRenderRejectsInvalidInputNamingTheField(t *testing.T) {
 		{"bad CA hash", func(in *Input) { in.Cluster.CACertHashes = []string{"md5:00"} }, "cluster.caCertHashes[0]"},
 		{"bad token", func(in *Input) { in.JoinToken = "Secret-Value-XYZ" }, "joinToken"},
 		{"bad node name", func(in *Input) { in.NodeName = "Pool_A" }, "nodeName"},
-		{"empty providerID", func(in *Input) { in.ProviderID = "" }, "providerID"},
+		{"providerID with a newline", func(in *Input) { in.ProviderID = "gce://p/z/n\nx" }, "providerID"},
 		{"label key", func(in *Input) { in.Labels = map[string]string{"a b": "c"} }, `labels: key "a b"`},
 		{"label value", func(in *Input) { in.Labels = map[string]string{"a": "x,y=z"} }, `labels: "a" value`},
 		{"taint effect", func(in *Input) { in.Taints = []Taint{{Key: "k", Effect: "Never"}} }, "taints[0]: effect"},

@@ -65,6 +65,9 @@ type Config struct {
 	// ImageCatalog is where groups' image channels resolve. The zero value
 	// means no catalog: every group installs at runtime.
 	ImageCatalog ImageCatalog `yaml:"imageCatalog"`
+	// Bootstrap renders each machine's user-data; nil means groups send
+	// their userDataFile as is.
+	Bootstrap *Bootstrap `yaml:"bootstrap"`
 	NodeGroups   []NodeGroup  `yaml:"nodeGroups"`
 
 	// source names the config in errors; lines maps a field path such as

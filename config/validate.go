@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 	v.workers()
 	v.providers()
 	v.nodeGroups()
+	v.bootstrapBlock()
 	return errors.Join(v.errs...)
 }
 

@@ -205,6 +205,7 @@ func TestProviderConfigsLoad(t *testing.T) {
 	for _, tc := range []struct{ component, example string }{
 		{"components/kwok/config.yaml", "../examples/kwok.yaml"},
 		{"components/hcloud/config.yaml", "../examples/hcloud.yaml"},
+		{"components/hcloud-bootstrap/config.yaml", "../examples/hcloud.yaml"},
 	} {
 		t.Run(tc.component, func(t *testing.T) {
 			t.Parallel()
@@ -221,6 +222,9 @@ func TestProviderConfigsLoad(t *testing.T) {
 					t.Errorf("hcloud token = %+v, want the file of the mounted hcloud-token Secret", got.Providers.Hcloud.Token)
 				}
 				got.Providers.Hcloud.Token = want.Providers.Hcloud.Token
+			}
+			if strings.Contains(tc.component, "bootstrap") && (got.Bootstrap == nil || len(got.Bootstrap.Components) == 0) {
+				t.Errorf("%s has no bootstrap block with components", tc.component)
 			}
 			if d := cmp.Diff(want.NodeGroups, got.NodeGroups); d != "" {
 				t.Errorf("node groups drifted from %s (-example +component):\n%s", tc.example, d)

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/externalgrpc"
 	"github.com/prebake-dev/prebake/imagecatalog"
@@ -87,6 +88,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	userData, err := bootstrapUserData(cfg, &built, log)
+	if err != nil {
+		return err
+	}
 	var nodes *autoscaling.KubeNodes
 	if built.kube != nil {
 		nodes = autoscaling.NewKubeNodes(built.kube, cfg.ClusterName)
@@ -101,8 +106,9 @@ func Run(ctx context.Context, o Options) error {
 		Workers: autoscaling.WorkerOptions{
 			Parallelism: cfg.Workers.Parallelism, QPS: cfg.Workers.QPS, Burst: cfg.Workers.Burst, Retries: cfg.Workers.Retries,
 		},
-		Metrics: autoscaling.NewMetrics(reg),
-		Logger:  log,
+		Metrics:  autoscaling.NewMetrics(reg),
+		Logger:   log,
+		UserData: userData,
 	}
 	if nodes != nil {
 		coreOpts.Nodes = nodes
@@ -396,6 +402,37 @@ func restConfig(path, key string) (*rest.Config, error) {
 }
 
 var errNoKubeconfig = errors.New("no target cluster")
+
+// bootstrapUserData builds the user-data renderer of the bootstrap block,
+// nil without one. Join tokens are made in the cluster the nodes join; when
+// no provider brought a client for it, this one also gives the core its view
+// of the Nodes (timeline, Node cleanup) and its Events.
+func bootstrapUserData(cfg *config.Config, built *builtProviders, log *slog.Logger) (autoscaling.UserDataSource, error) {
+	b := cfg.Bootstrap
+	if b == nil {
+		return nil, nil
+	}
+	kube := built.kube
+	if kube == nil || b.Kubeconfig != "" {
+		rc, err := restConfig(b.Kubeconfig, "bootstrap.kubeconfig")
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap.kubeconfig: %w", err)
+		}
+		if kube, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, fmt.Errorf("bootstrap.kubeconfig: %w", err)
+		}
+	}
+	if built.kube == nil {
+		built.kube = kube
+	}
+	return &autoscaling.BootstrapUserData{
+		Tokens:     bootstrap.Tokens{Client: kube, TTL: b.TokenTTL.Duration},
+		Cluster:    b.BootstrapCluster(),
+		Components: b.BootstrapComponents(),
+		Options:    bootstrap.Options{DpkgLockWait: b.DpkgLockWait.Duration},
+		Log:        log.With("component", "bootstrap"),
+	}, nil
+}
 
 // offline is a provider without its cloud: every call that needs the cloud
 // fails with err, which says how to configure it.
