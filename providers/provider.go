@@ -49,13 +49,25 @@ type Provider interface {
 	Classify(err error) Classification
 }
 
-// ImageAPI is the part of a provider that boots prebaked images. The image
-// catalog (issue 6) widens it; the core only needs to know it exists.
+// ImageAPI is the part of a provider that boots prebaked images: a
+// provider with one boots CreateRequest.Image. The catalog's own image
+// operations (imagecatalog.ImageAPI) are implemented beside it; the core only
+// needs to know that it exists.
 type ImageAPI interface {
-	// ImageKind tells which bootstrap path a group booting from channel
-	// takes: prebaked when the channel resolves to an image, runtime-install
-	// otherwise.
+	// ImageKind is the path a group booting from channel is designed for,
+	// shown on its scale-from-zero template: KindForChannel for every
+	// provider that boots catalog images. A machine's actual kind is decided
+	// when its channel resolves (or does not) at IncreaseSize.
 	ImageKind(channel string) ImageKind
+}
+
+// KindForChannel is the ImageKind of a provider that boots catalog images:
+// prebaked for a group with a channel, runtime-install without one.
+func KindForChannel(channel string) ImageKind {
+	if channel != "" {
+		return ImagePrebaked
+	}
+	return ImageRuntimeInstall
 }
 
 // Runner is implemented by providers that own background work (the kwok

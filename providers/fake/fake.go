@@ -255,10 +255,7 @@ func (p *Provider) Images() providers.ImageAPI {
 
 // ImageKind implements providers.ImageAPI.
 func (p *Provider) ImageKind(channel string) providers.ImageKind {
-	if channel != "" {
-		return providers.ImagePrebaked
-	}
-	return providers.ImageRuntimeInstall
+	return providers.KindForChannel(channel)
 }
 
 // CreateRequests returns a copy of every Create call's request, in order.

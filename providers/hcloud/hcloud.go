@@ -176,9 +176,15 @@ func New(o Options) (*Provider, error) {
 // Name implements providers.Provider.
 func (p *Provider) Name() string { return "hcloud" }
 
-// Images implements providers.Provider: nil until the image catalog lands,
-// so every group takes the runtime-install path.
-func (p *Provider) Images() providers.ImageAPI { return nil }
+// Images implements providers.Provider: Hetzner boots snapshots, so a
+// group's channel resolves to a snapshot id that Create boots (servers.go);
+// the catalog's operations on them are in images.go.
+func (p *Provider) Images() providers.ImageAPI { return p }
+
+// ImageKind implements providers.ImageAPI.
+func (p *Provider) ImageKind(channel string) providers.ImageKind {
+	return providers.KindForChannel(channel)
+}
 
 // ProviderID implements providers.Provider: the server id is assigned by the
 // API, so it is unknown before Create returns.

@@ -196,10 +196,7 @@ func (p *Provider) Images() providers.ImageAPI { return p }
 // ImageKind implements providers.ImageAPI: a group with a channel is
 // prebaked, one without installs at runtime.
 func (p *Provider) ImageKind(channel string) providers.ImageKind {
-	if channel != "" {
-		return providers.ImagePrebaked
-	}
-	return providers.ImageRuntimeInstall
+	return providers.KindForChannel(channel)
 }
 
 // MachineType implements providers.Provider. Every type exists in every
