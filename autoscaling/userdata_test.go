@@ -55,7 +55,10 @@ func TestUserDataIsRenderedPerMachine(t *testing.T) {
 			var logs syncBuffer
 			g := GroupSpec{ID: "g1", Provider: tc.provider, MinSize: 0, MaxSize: 10, MachineType: "m1", Zone: "z1",
 				Labels: map[string]string{"tier": "batch"}, Taints: []providers.Taint{{Key: "dedicated", Value: "batch", Effect: "NoSchedule"}}}
-			c := newCoreWith(t, p, func(o *Options) { o.UserData = bootstrapSource(client); o.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})) }, g)
+			c := newCoreWith(t, p, func(o *Options) {
+				o.UserData = bootstrapSource(client)
+				o.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			}, g)
 			if err := c.IncreaseSize("g1", 2); err != nil {
 				t.Fatal(err)
 			}

@@ -67,8 +67,8 @@ type Config struct {
 	ImageCatalog ImageCatalog `yaml:"imageCatalog"`
 	// Bootstrap renders each machine's user-data; nil means groups send
 	// their userDataFile as is.
-	Bootstrap *Bootstrap `yaml:"bootstrap"`
-	NodeGroups   []NodeGroup  `yaml:"nodeGroups"`
+	Bootstrap  *Bootstrap  `yaml:"bootstrap"`
+	NodeGroups []NodeGroup `yaml:"nodeGroups"`
 
 	// source names the config in errors; lines maps a field path such as
 	// "nodeGroups[1].maxSize" to the line it was written on. Both are set
