@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/prebake-dev/prebake/providers"
@@ -273,6 +274,20 @@ type ImageCatalog struct {
 	// File is the catalog YAML; a relative path is relative to the config
 	// file.
 	File string `yaml:"file"`
+	// ConfigMap is "namespace/name" of a ConfigMap holding the catalog (what
+	// the image-refresh CronJob writes). Set File or ConfigMap, not both.
+	ConfigMap string `yaml:"configMap"`
+	// Kubeconfig is the cluster of ConfigMap. Empty: the client the kwok
+	// provider or the bootstrap block brings, else $KUBECONFIG, else
+	// in-cluster.
+	Kubeconfig string `yaml:"kubeconfig"`
+}
+
+// ConfigMapRef returns ConfigMap's namespace and name; ok is false when it
+// is not set.
+func (c ImageCatalog) ConfigMapRef() (namespace, name string, ok bool) {
+	ns, n, found := strings.Cut(c.ConfigMap, "/")
+	return ns, n, found && ns != "" && n != ""
 }
 
 // Taints returns the group's taints as provider values, nil when it has

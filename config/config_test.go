@@ -497,6 +497,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "bad image os", in: base + "    image: {channel: stable, os: Ubuntu 24.04}\n", want: []string{`test.yaml:13: node group "small": image.os "Ubuntu 24.04" is not an OS release; write it as the image names do, such as "ubuntu-2404"`}},
 		{name: "bad image k8sMinor", in: base + "    image: {channel: stable, k8sMinor: v1.35.4}\n", want: []string{`test.yaml:13: node group "small": image.k8sMinor "v1.35.4" is not a Kubernetes minor; write it as "1.35"`}},
 		{name: "image os without channel", in: base + "    image: {os: ubuntu-2404}\n", want: []string{`test.yaml:13: node group "small": image.os and image.k8sMinor narrow a channel; set image.channel too`}},
+		{name: "image catalog configMap without namespace", in: base + "imageCatalog: {configMap: prebake-images}\n", want: []string{`test.yaml:13: imageCatalog.configMap "prebake-images": write it as NAMESPACE/NAME`}},
+		{name: "image catalog file and configMap", in: base + "imageCatalog: {file: " + os.Args[0] + ", configMap: kube-system/x}\n", want: []string{`test.yaml:13: imageCatalog sets both file and configMap; keep one`}},
 		{name: "missing image catalog", in: base + "imageCatalog: {file: /nonexistent/catalog.yaml}\n", want: []string{`test.yaml:13: imageCatalog.file "/nonexistent/catalog.yaml" can't be read (no such file or directory)`}},
 		{
 			name: "missing userDataFile",

@@ -136,6 +136,21 @@ func (v *validator) top() {
 	if f := c.ImageCatalog.File; f != "" {
 		v.regularFile("imageCatalog.file", "imageCatalog.file", f)
 	}
+	if cm := c.ImageCatalog.ConfigMap; cm != "" {
+		ns, name, ok := c.ImageCatalog.ConfigMapRef()
+		switch {
+		case !ok || strings.Count(cm, "/") != 1:
+			v.errorf("imageCatalog.configMap", "imageCatalog.configMap %q: write it as NAMESPACE/NAME, such as kube-system/prebake-images", short(cm))
+		default:
+			v.dnsLabel("imageCatalog.configMap", ns, "a namespace (a DNS label)")
+			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+				v.errorf("imageCatalog.configMap", "imageCatalog.configMap: name %q is not a ConfigMap name: %s", short(name), strings.Join(errs, "; "))
+			}
+		}
+		if c.ImageCatalog.File != "" {
+			v.errorf("imageCatalog", "imageCatalog sets both file and configMap; keep one")
+		}
+	}
 }
 
 func (v *validator) workers() {

@@ -114,8 +114,8 @@ func Run(ctx context.Context, o Options) error {
 		coreOpts.Nodes = nodes
 		coreOpts.Events = autoscaling.NewKubeEvents(built.kube, log)
 	}
-	if f := cfg.ImageCatalog.File; f != "" {
-		coreOpts.Catalog = fileCatalog{imagecatalog.FileStore{Path: f}}
+	if coreOpts.Catalog, err = catalogSource(cfg, built.kube); err != nil {
+		return err
 	}
 	core, err := autoscaling.New(ctx, coreOpts)
 	if err != nil {
@@ -468,10 +468,35 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 	return out, nil
 }
 
-// fileCatalog is the image catalog kept in a file (imageCatalog.file).
-type fileCatalog struct{ store imagecatalog.FileStore }
+// storeCatalog is the image catalog the core resolves channels against:
+// the file or ConfigMap prebake images writes.
+type storeCatalog struct{ store imagecatalog.Store }
 
-func (f fileCatalog) LoadCatalog(ctx context.Context) (imagecatalog.Catalog, error) {
-	c, _, err := f.store.Load(ctx)
+func (s storeCatalog) LoadCatalog(ctx context.Context) (imagecatalog.Catalog, error) {
+	c, _, err := s.store.Load(ctx)
 	return c, err
+}
+
+// catalogSource opens imageCatalog: nil without one. A ConfigMap lives in
+// the cluster of kube (the kwok or bootstrap client) unless
+// imageCatalog.kubeconfig names another.
+func catalogSource(cfg *config.Config, kube kubernetes.Interface) (autoscaling.CatalogSource, error) {
+	ic := cfg.ImageCatalog
+	if ic.File != "" {
+		return storeCatalog{imagecatalog.FileStore{Path: ic.File}}, nil
+	}
+	ns, name, ok := ic.ConfigMapRef()
+	if !ok {
+		return nil, nil
+	}
+	if kube == nil || ic.Kubeconfig != "" {
+		rc, err := restConfig(ic.Kubeconfig, "imageCatalog.kubeconfig")
+		if err != nil {
+			return nil, fmt.Errorf("imageCatalog.configMap: %w", err)
+		}
+		if kube, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, fmt.Errorf("imageCatalog.configMap: %w", err)
+		}
+	}
+	return storeCatalog{imagecatalog.ConfigMapStore{Client: kube.CoreV1(), Namespace: ns, Name: name}}, nil
 }
