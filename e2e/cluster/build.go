@@ -148,13 +148,9 @@ func checkExecutable(path string) error {
 var stampContent = fmt.Sprintf("prebake e2e control plane\nkubernetes %s\netcd %s\nkwok %s\n",
 	KubernetesVersion, EtcdVersion, KwokVersion)
 
-// Build makes the control-plane binaries in opts.CacheDir, or reuses them when a previous
-// complete build left them there. A cold build takes 5–20 minutes on 2 cores; a rebuild with
-// a warm Go build cache takes seconds. It uses the caller's GOCACHE and GOMODCACHE, needs the
-// go command on PATH and the Go module proxy, and holds a lock file so that concurrent
-// Builds of the same CacheDir wait for each other.
-func Build(ctx context.Context, opts BuildOptions) (Binaries, error) {
-	began := time.Now()
+// withDefaults fills in Out, Heartbeat and CacheDir, and returns the cache
+// directory as an absolute path.
+func (opts BuildOptions) withDefaults() (BuildOptions, string, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
@@ -164,11 +160,22 @@ func Build(ctx context.Context, opts BuildOptions) (Binaries, error) {
 	if opts.CacheDir == "" {
 		dir, err := DefaultCacheDir()
 		if err != nil {
-			return Binaries{}, err
+			return opts, "", err
 		}
 		opts.CacheDir = dir
 	}
 	dir, err := filepath.Abs(opts.CacheDir)
+	return opts, dir, err
+}
+
+// Build makes the control-plane binaries in opts.CacheDir, or reuses them when a previous
+// complete build left them there. A cold build takes 5–20 minutes on 2 cores; a rebuild with
+// a warm Go build cache takes seconds. It uses the caller's GOCACHE and GOMODCACHE, needs the
+// go command on PATH and the Go module proxy, and holds a lock file so that concurrent
+// Builds of the same CacheDir wait for each other.
+func Build(ctx context.Context, opts BuildOptions) (Binaries, error) {
+	began := time.Now()
+	opts, dir, err := opts.withDefaults()
 	if err != nil {
 		return Binaries{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,20 +88,7 @@ func (n NodeBinaries) checkCNI() error {
 // matching v1.35.0, and kubeadm join no longer needs crictl.
 func BuildNodeBinaries(ctx context.Context, opts BuildOptions) (NodeBinaries, error) {
 	began := time.Now()
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if opts.Heartbeat <= 0 {
-		opts.Heartbeat = 30 * time.Second
-	}
-	if opts.CacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return NodeBinaries{}, err
-		}
-		opts.CacheDir = dir
-	}
-	dir, err := filepath.Abs(opts.CacheDir)
+	opts, dir, err := opts.withDefaults()
 	if err != nil {
 		return NodeBinaries{}, err
 	}

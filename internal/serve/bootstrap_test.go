@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -40,28 +38,11 @@ bootstrap:
     - {name: containerd, version: 1.6.20~ds1-1+b1}
 `
 	ctx := t.Context()
-	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, cfg)})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run after shutdown: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := protos.NewCloudProviderClient(conn)
+	c := serveConfig(t, cfg)
 	if _, err := c.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "cx-fsn1", Delta: 2}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for len(f.Servers()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d servers after 15s, want 2", len(f.Servers()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c.until("2 servers", 15*time.Second, func() bool { return len(f.Servers()) == 2 })
 	kube, err := kubernetes.NewForConfig(kc.Config)
 	if err != nil {
 		t.Fatal(err)

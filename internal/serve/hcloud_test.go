@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	protos "github.com/prebake-dev/prebake/externalgrpc/proto"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
@@ -35,42 +32,8 @@ func TestServeHcloudExample(t *testing.T) {
 	cfg := strings.Replace(string(example), commented, "endpoint: "+f.URL(), 1)
 
 	ctx := t.Context()
-	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, cfg)})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run after shutdown: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := protos.NewCloudProviderClient(conn)
-
-	nodes := func(id string) []*protos.Instance {
-		t.Helper()
-		res, err := c.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.GetInstances()
-	}
-	// until polls CA's read RPCs, with Refresh between reads as CA's loop
-	// does, until cond holds.
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			if _, err := c.Refresh(ctx, &protos.RefreshRequest{}); err != nil {
-				t.Fatalf("Refresh: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	c := serveConfig(t, cfg)
+	nodes, until := c.nodes, func(what string, cond func() bool) { t.Helper(); c.until(what, 15*time.Second, cond) }
 
 	if _, err := c.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: "cx-fsn1", Delta: 3}); err != nil {
 		t.Fatal(err)

@@ -186,3 +186,53 @@ func TestMTLSRefusesStrangers(t *testing.T) {
 		t.Fatal("client with a certificate of another CA was served")
 	}
 }
+
+// caClient is a test's view of a served config, driven the way CA drives it.
+type caClient struct {
+	protos.CloudProviderClient
+	t *testing.T
+}
+
+// serveConfig runs `prebake serve` on the config text cfg until the test
+// ends (checking that it shuts down cleanly) and dials it over gRPC.
+func serveConfig(t *testing.T, cfg string) *caClient {
+	t.Helper()
+	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, cfg)})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		if err := stop(); err != nil {
+			t.Errorf("Run after shutdown: %v", err)
+		}
+	})
+	return &caClient{CloudProviderClient: protos.NewCloudProviderClient(conn), t: t}
+}
+
+// nodes is NodeGroupNodes(id).
+func (c *caClient) nodes(id string) []*protos.Instance {
+	c.t.Helper()
+	res, err := c.NodeGroupNodes(c.t.Context(), &protos.NodeGroupNodesRequest{Id: id})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res.GetInstances()
+}
+
+// until polls CA's read RPCs, with Refresh between reads as CA's loop does,
+// until cond holds or timeout passes.
+func (c *caClient) until(what string, timeout time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for %s", what)
+		}
+		if _, err := c.Refresh(c.t.Context(), &protos.RefreshRequest{}); err != nil {
+			c.t.Fatalf("Refresh: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

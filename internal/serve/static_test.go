@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -66,39 +64,8 @@ func TestServeStaticExample(t *testing.T) {
 	}
 
 	ctx := t.Context()
-	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, cfg)})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run after shutdown: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := protos.NewCloudProviderClient(conn)
-	nodes := func(id string) []*protos.Instance {
-		t.Helper()
-		res, err := c.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.GetInstances()
-	}
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			if _, err := c.Refresh(ctx, &protos.RefreshRequest{}); err != nil {
-				t.Fatalf("Refresh: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	c := serveConfig(t, cfg)
+	nodes, until := c.nodes, func(what string, cond func() bool) { t.Helper(); c.until(what, 60*time.Second, cond) }
 	running := func() []string {
 		var ids []string
 		for _, in := range nodes("metal-small") {
