@@ -1,14 +1,11 @@
 package kwok
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/kubeapi"
 )
 
 // capacityError is a simulated stockout: the zone holds Options.Capacity
@@ -25,24 +22,14 @@ func (e *capacityError) Error() string {
 // Classify implements providers.Provider.
 func (p *Provider) Classify(err error) providers.Classification {
 	var capErr *capacityError
-	var netErr net.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		return providers.Classification{}
-	case errors.As(err, &capErr):
+	}
+	if errors.As(err, &capErr) {
 		return providers.Classification{Class: providers.ErrorOutOfResources, Code: "resource_unavailable"}
-	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
-		errors.As(err, &netErr) && netErr.Timeout():
-		return providers.Classification{Class: providers.ErrorOther, Code: "timeout", Retryable: true}
-	case apierrors.IsTooManyRequests(err):
-		return providers.Classification{Class: providers.ErrorOther, Code: "api_429", Retryable: true}
-	case apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), isServerError(err):
-		return providers.Classification{Class: providers.ErrorOther, Code: "api_5xx", Retryable: true}
+	}
+	if c, ok := kubeapi.Classify(err); ok {
+		return c
 	}
 	return providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}
-}
-
-func isServerError(err error) bool {
-	var s apierrors.APIStatus
-	return errors.As(err, &s) && s.Status().Code >= 500
 }

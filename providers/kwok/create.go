@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/kubeapi"
 	"github.com/prebake-dev/prebake/providers/kwok/providerid"
 )
 
@@ -163,16 +164,11 @@ func (p *Provider) createLease(ctx context.Context, rec record, lease *coordinat
 }
 
 func (p *Provider) ensureNamespace(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.namespace}}
-	_, err := p.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("create namespace %q for the machine records: %w", p.namespace, err)
+	created, err := kubeapi.EnsureNamespace(ctx, p.client, p.namespace, "machine records")
+	if created {
+		p.log.Info("created namespace for machine records", "namespace", p.namespace)
 	}
-	p.log.Info("created namespace for machine records", "namespace", p.namespace)
-	return nil
+	return err
 }
 
 // existing returns the machine recorded under name, if any. A machine still

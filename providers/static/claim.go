@@ -6,12 +6,12 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/kubeapi"
 	"github.com/prebake-dev/prebake/providers/static/providerid"
 )
 
@@ -152,16 +152,11 @@ func (p *Provider) createClaim(ctx context.Context, l *coordinationv1.Lease) (cr
 }
 
 func (p *Provider) ensureNamespace(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.namespace}}
-	_, err := p.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("create namespace %q for the claims: %w", p.namespace, err)
+	created, err := kubeapi.EnsureNamespace(ctx, p.client, p.namespace, "claims")
+	if created {
+		p.log.Info("created namespace for claims", "namespace", p.namespace)
 	}
-	p.log.Info("created namespace for claims", "namespace", p.namespace)
-	return nil
+	return err
 }
 
 // setPhase moves the claim l to phase. The update carries l's

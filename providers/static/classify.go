@@ -1,13 +1,12 @@
 package static
 
 import (
-	"context"
 	"errors"
-	"net"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/kubeapi"
 )
 
 // Classify implements providers.Provider.
@@ -17,7 +16,6 @@ func (p *Provider) Classify(err error) providers.Classification {
 		hostKey *HostKeyError
 		dial    *DialError
 		cmdErr  *CommandError
-		netErr  net.Error
 	)
 	switch {
 	case err == nil:
@@ -31,20 +29,11 @@ func (p *Provider) Classify(err error) providers.Classification {
 		return providers.Classification{Class: providers.ErrorOther, Code: "command_failed"}
 	case errors.As(err, &dial):
 		return providers.Classification{Class: providers.ErrorOther, Code: "ssh_unreachable", Retryable: true}
-	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
-		errors.As(err, &netErr) && netErr.Timeout():
-		return providers.Classification{Class: providers.ErrorOther, Code: "timeout", Retryable: true}
 	case apierrors.IsConflict(err):
 		return providers.Classification{Class: providers.ErrorOther, Code: "claim_conflict", Retryable: true}
-	case apierrors.IsTooManyRequests(err):
-		return providers.Classification{Class: providers.ErrorOther, Code: "api_429", Retryable: true}
-	case apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), isServerError(err):
-		return providers.Classification{Class: providers.ErrorOther, Code: "api_5xx", Retryable: true}
+	}
+	if c, ok := kubeapi.Classify(err); ok {
+		return c
 	}
 	return providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}
-}
-
-func isServerError(err error) bool {
-	var s apierrors.APIStatus
-	return errors.As(err, &s) && s.Status().Code >= 500
 }
