@@ -244,9 +244,9 @@ type NodeGroup struct {
 	TaintSpecs []Taint `yaml:"taints"`
 	// Image selects a prebaked image; the zero Image means runtime-install.
 	Image Image `yaml:"image"`
-	// UserDataFile is sent verbatim as user-data until the bootstrap
-	// renderer lands. Load makes a relative path relative to the config
-	// file's directory.
+	// UserDataFile is sent verbatim as user-data instead of what the
+	// bootstrap block renders. Load makes a relative path relative to the
+	// config file's directory.
 	UserDataFile string `yaml:"userDataFile"`
 }
 

@@ -17,9 +17,9 @@ import (
 
 // Defaults.
 const (
-	// DefaultImage boots every group until the image catalog (issue 6)
-	// resolves channels to snapshots. Hetzner picks the build for the server
-	// type's architecture.
+	// DefaultImage is the base image: what a machine boots when its group
+	// has no image channel or the channel gives no snapshot (runtime
+	// install). Hetzner picks the build for the server type's architecture.
 	DefaultImage = "ubuntu-24.04"
 	// DefaultServerTypeTTL is how long the server type table is cached.
 	DefaultServerTypeTTL = 10 * time.Minute
