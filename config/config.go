@@ -97,6 +97,7 @@ type Workers struct {
 type Providers struct {
 	Kwok   *KwokProvider   `yaml:"kwok"`
 	Hcloud *HcloudProvider `yaml:"hcloud"`
+	Gce    *GceProvider    `yaml:"gce"`
 }
 
 // Names returns the keys of the configured providers, in field order.
@@ -124,7 +125,7 @@ func providerFields() []string {
 
 // plannedProviders are config keys of providers that are designed but not in
 // this build; naming one gets a clearer error than "unknown field".
-var plannedProviders = map[string]bool{"gce": true, "static": true}
+var plannedProviders = map[string]bool{"static": true}
 
 // KwokProvider is the embedded default provider: its machines are Node
 // objects in a cluster that kwok keeps Ready. Boot times are SIMULATED.

@@ -154,6 +154,9 @@ func (v *validator) providers() {
 	if h := v.c.Providers.Hcloud; h != nil {
 		v.hcloud(h)
 	}
+	if g := v.c.Providers.Gce; g != nil {
+		v.gce(g)
+	}
 }
 
 func (v *validator) hcloud(h *HcloudProvider) {
@@ -298,6 +301,7 @@ func (v *validator) nodeGroups() {
 			v.errorf(p+".location", "%s: location is required; set the zone, such as \"zone-a\"", name)
 		} else {
 			v.labelValue(p+".location", g.Location)
+			v.gceGroup(p, name, g)
 		}
 		if g.Region != "" {
 			v.labelValue(p+".region", g.Region)
