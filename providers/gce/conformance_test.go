@@ -2,6 +2,7 @@ package gce
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ func newTestProvider(t *testing.T, f *gcefake.Fake) *Provider {
 	t.Helper()
 	p, err := New(context.Background(), Options{
 		Project: f.Project(), Endpoint: f.URL(), Cluster: "c", Rate: 1000, Burst: 1000,
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

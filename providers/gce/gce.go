@@ -218,7 +218,11 @@ func (l *limited) RoundTrip(req *http.Request) (*http.Response, error) {
 // even when the operation runs on, so it loops until ctx ends.
 func (p *Provider) waitZone(ctx context.Context, zone string, op *compute.Operation) error {
 	pb := op.Proto()
+	pause := pollPause()
 	for pb.GetStatus() != computepb.Operation_DONE {
+		if err := pause(ctx); err != nil {
+			return fmt.Errorf("wait for operation %s: %w", op.Name(), err)
+		}
 		var err error
 		pb, err = p.zoneOps.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: p.o.Project, Zone: zone, Operation: pb.GetName()})
 		if err != nil {
@@ -231,7 +235,11 @@ func (p *Provider) waitZone(ctx context.Context, zone string, op *compute.Operat
 // waitGlobalProto is waitZone for global operations (images).
 func (p *Provider) waitGlobalProto(ctx context.Context, pb *computepb.Operation) error {
 	name := pb.GetName()
+	pause := pollPause()
 	for pb.GetStatus() != computepb.Operation_DONE {
+		if err := pause(ctx); err != nil {
+			return fmt.Errorf("wait for operation %s: %w", name, err)
+		}
 		var err error
 		pb, err = p.globalOps.Wait(ctx, &computepb.WaitGlobalOperationRequest{Project: p.o.Project, Operation: name})
 		if err != nil {
@@ -239,4 +247,26 @@ func (p *Provider) waitGlobalProto(ctx context.Context, pb *computepb.Operation)
 		}
 	}
 	return operationError(pb)
+}
+
+// pollPause returns the pause before each operations.wait call: none
+// before the first; after a wait that came back early without DONE (the
+// API may), a backoff from 50ms doubling to 2s, so a loop never spins.
+func pollPause() func(ctx context.Context) error {
+	var d time.Duration
+	return func(ctx context.Context) error {
+		if d == 0 {
+			d = 50 * time.Millisecond
+			return nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		d = min(2*d, 2*time.Second)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
 }

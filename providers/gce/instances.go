@@ -244,4 +244,3 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	p.log.Info("gce instance deleted", "group", l[providers.LabelGroup], "instance", ref.Name, "providerID", id)
 	return nil
 }
-

@@ -127,7 +127,7 @@ func (f *Fake) listMachineTypes(project, zone string, q map[string][]string) (pr
 		return nil, err
 	}
 	res := &computepb.MachineTypeList{Kind: proto.String("compute#machineTypeList"), Items: items[from:to],
-		Id: proto.String("projects/" + project + "/zones/" + zone + "/machineTypes"),
+		Id:       proto.String("projects/" + project + "/zones/" + zone + "/machineTypes"),
 		SelfLink: proto.String(f.selfLink(project + "/zones/" + zone + "/machineTypes"))}
 	if next != "" {
 		res.NextPageToken = proto.String(next)

@@ -214,7 +214,7 @@ func (f *Fake) listInstances(project, zone string, q map[string][]string) (proto
 		return nil, err
 	}
 	res := &computepb.InstanceList{Kind: proto.String("compute#instanceList"), Items: items[from:to],
-		Id: proto.String("projects/" + project + "/zones/" + zone + "/instances"),
+		Id:       proto.String("projects/" + project + "/zones/" + zone + "/instances"),
 		SelfLink: proto.String(f.selfLink(project + "/zones/" + zone + "/instances"))}
 	if next != "" {
 		res.NextPageToken = proto.String(next)
