@@ -95,7 +95,8 @@ type Provider struct {
 	images    *Images
 	log       *slog.Logger
 
-	// typesMu guards typeCache: machine types by "zone/name".
+	// typesMu guards typeCache (machine types by "zone/name") and is held
+	// through a cache miss's fetch.
 	typesMu   sync.Mutex
 	typeCache map[string]cachedType
 }

@@ -20,9 +20,11 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 		return providers.MachineType{}, fmt.Errorf("gce machine type %q: a zone is required (the group's location, such as europe-west4-a)", name)
 	}
 	key := location + "/" + name
+	// The lock is held through the fetch, so parallel creates of one group
+	// make one request when the entry has expired, not one each.
 	p.typesMu.Lock()
+	defer p.typesMu.Unlock()
 	c, ok := p.typeCache[key]
-	p.typesMu.Unlock()
 	if ok && p.o.Now().Sub(c.at) < p.o.MachineTypeTTL {
 		return c.mt, nil
 	}
@@ -34,9 +36,7 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 		return providers.MachineType{}, fmt.Errorf("gce: get machine type %q in zone %q: %w", name, location, err)
 	}
 	mt := p.machineType(res)
-	p.typesMu.Lock()
 	p.typeCache[key] = cachedType{mt: mt, at: p.o.Now()}
-	p.typesMu.Unlock()
 	return mt, nil
 }
 
