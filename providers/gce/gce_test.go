@@ -307,6 +307,7 @@ func TestClassify(t *testing.T) {
 		{"429", &googleapi.Error{Code: 429}, providers.Classification{Class: providers.ErrorOther, Code: "rateLimitExceeded", Retryable: true}},
 		{"403 rate", &googleapi.Error{Code: 403, Errors: []googleapi.ErrorItem{{Reason: "rateLimitExceeded"}}}, providers.Classification{Class: providers.ErrorOther, Code: "rateLimitExceeded", Retryable: true}},
 		{"403 forbidden", &googleapi.Error{Code: 403, Errors: []googleapi.ErrorItem{{Reason: "forbidden"}}}, providers.Classification{Class: providers.ErrorOther, Code: "forbidden"}},
+		{"409 pending", &googleapi.Error{Code: 409, Errors: []googleapi.ErrorItem{{Reason: "alreadyExists"}}}, providers.Classification{Class: providers.ErrorOther, Code: "alreadyExists", Retryable: true}},
 		{"502", &googleapi.Error{Code: 502}, providers.Classification{Class: providers.ErrorOther, Code: "api_502", Retryable: true}},
 		{"timeout", context.DeadlineExceeded, providers.Classification{Class: providers.ErrorOther, Code: "timeout", Retryable: true}},
 		{"unknown", errors.New("boom"), providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}},

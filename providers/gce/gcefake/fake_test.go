@@ -299,3 +299,33 @@ func TestImages(t *testing.T) {
 		t.Errorf("images left = %v", names)
 	}
 }
+
+func TestMachineTypes(t *testing.T) {
+	t.Parallel()
+	f := gcefake.New(gcefake.Options{})
+	t.Cleanup(f.Close)
+	mt, err := compute.NewMachineTypesRESTClient(context.Background(), option.WithEndpoint(f.URL()), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mt.Close() })
+	var names []string
+	for m, err := range mt.List(context.Background(), &computepb.ListMachineTypesRequest{Project: f.Project(), Zone: "europe-west4-b"}).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, m.GetName())
+	}
+	// t2a, g2 and a2 are not sold in europe-west4-b.
+	if d := cmp.Diff([]string{"e2-standard-2", "e2-standard-4", "n2-standard-8", "c4a-standard-4"}, names); d != "" {
+		t.Errorf("machine types in europe-west4-b (-want +got):\n%s", d)
+	}
+	g2, err := mt.Get(context.Background(), &computepb.GetMachineTypeRequest{Project: f.Project(), Zone: "europe-west4-a", MachineType: "g2-standard-8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.GetGuestCpus() != 8 || g2.GetMemoryMb() != 32768 || len(g2.GetAccelerators()) != 1 ||
+		g2.GetAccelerators()[0].GetGuestAcceleratorType() != "nvidia-l4" || g2.GetAccelerators()[0].GetGuestAcceleratorCount() != 1 {
+		t.Errorf("g2-standard-8 = %v", g2)
+	}
+}
