@@ -155,7 +155,7 @@ func TestServeGceExample(t *testing.T) {
 			t.Errorf("aggregatedList filter %q, want the cluster label", r.Query.Get("filter"))
 		}
 	}
-	t.Logf("requests: %d, by endpoint: %v", len(reqs), hit)
+	t.Logf("requests: %d, by endpoint: %v; x-goog-api-client: %q", len(reqs), hit, reqs[0].APIClient)
 }
 
 // route turns /compute/v1/projects/p/zones/z/instances/n into

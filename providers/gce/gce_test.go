@@ -347,3 +347,11 @@ func TestListIsOneAggregatedCall(t *testing.T) {
 		t.Errorf("x-goog-api-client %q does not name the client library", reqs[0].APIClient)
 	}
 }
+
+func TestBadCredentialsNameTheSetting(t *testing.T) {
+	t.Parallel()
+	_, err := New(context.Background(), Options{Project: "p", Cluster: "c", CredentialsJSON: []byte(`{"type": "service_account"`)})
+	if err == nil || !strings.Contains(err.Error(), "providers.gce.credentials") {
+		t.Fatalf("New with a truncated key: %v, want an error naming providers.gce.credentials", err)
+	}
+}
