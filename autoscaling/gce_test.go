@@ -65,19 +65,21 @@ func TestGceZoneResourcePoolExhaustedIsOutOfResources(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "2 instances in us-central1-a", func() bool { return len(f.Instances()) == 2 })
-	c.Sync(t.Context(), true)
-	running := 0
-	for _, v := range mustNodes(t, c, "central") {
-		if v.Error != nil {
-			t.Errorf("central instance %s has error %+v", v.ProviderID, v.Error)
+	// A worker may still be handing its Create result to the core; Refresh
+	// until both show running, as CA's loop would.
+	eventually(t, "2 running central instances", func() bool {
+		c.Sync(t.Context(), true)
+		running := 0
+		for _, v := range mustNodes(t, c, "central") {
+			if v.Error != nil {
+				t.Fatalf("central instance %s has error %+v", v.ProviderID, v.Error)
+			}
+			if strings.HasPrefix(v.ProviderID, "gce://"+f.Project()+"/us-central1-a/central-") && v.State == providers.StateRunning {
+				running++
+			}
 		}
-		if strings.HasPrefix(v.ProviderID, "gce://"+f.Project()+"/us-central1-a/central-") && v.State == providers.StateRunning {
-			running++
-		}
-	}
-	if running != 2 {
-		t.Fatalf("central instances = %+v, want 2 running", mustNodes(t, c, "central"))
-	}
+		return running == 2
+	})
 	for _, in := range f.Instances() {
 		if in.Zone != "us-central1-a" || in.Labels["prebake-dev_group"] != "central" {
 			t.Errorf("instance %s in %s, group %q; want only central's, in us-central1-a", in.Name, in.Zone, in.Labels["prebake-dev_group"])
