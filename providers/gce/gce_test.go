@@ -127,8 +127,10 @@ func TestChannelBootsFamilyAndDeprecationRollsBack(t *testing.T) {
 		r.ImageChannel, r.ImageKind = "stable", p.Images().ImageKind("stable")
 		return r
 	}
-	if _, err := p.Create(ctx, req("g-none")); err == nil || !strings.Contains(err.Error(), `family "prebake-stable-amd64"`) {
-		t.Fatalf("create on an empty channel: %v, want an error naming the family", err)
+	// No image in the channel yet: the runtime-install fallback, from the
+	// default image.
+	if in, err := p.Create(ctx, req("g-none")); err != nil || in.ImageKind != providers.ImageRuntimeInstall || in.Image != "" {
+		t.Fatalf("create on an empty channel = %+v, %v; want runtime-install with no image", in, err)
 	}
 	bakeImage(t, f, p, "img-1", clk)
 	bakeImage(t, f, p, "img-2", clk)
@@ -151,23 +153,27 @@ func TestChannelBootsFamilyAndDeprecationRollsBack(t *testing.T) {
 	}
 	images := map[string]string{}
 	for _, l := range listed {
-		images[l.Name] = l.Image
+		images[l.Name] = l.Image + "/" + string(l.ImageKind)
 	}
-	if d := cmp.Diff(map[string]string{"g-1": "img-2", "g-2": "img-1"}, images); d != "" {
+	if d := cmp.Diff(map[string]string{"g-none": "/runtime-install", "g-1": "img-2/prebaked", "g-2": "img-1/prebaked"}, images); d != "" {
 		t.Errorf("images by instance (-want +got):\n%s", d)
 	}
 	for _, in := range f.Instances() {
-		if want := "projects/" + f.Project() + "/global/images/" + images[in.Name]; in.SourceImage != want {
-			t.Errorf("%s booted %s, its label says %s", in.Name, in.SourceImage, want)
+		want := "projects/" + f.Project() + "/global/images/" + strings.TrimSuffix(images[in.Name], "/prebaked")
+		if in.Name == "g-none" {
+			want = "projects/ubuntu-os-cloud/global/images/ubuntu-2404-noble-amd64-v20261101"
+		}
+		if in.SourceImage != want {
+			t.Errorf("%s booted %s, want %s", in.Name, in.SourceImage, want)
 		}
 	}
-	// With img-2 deprecated and img-1 obsolete the family has no image left
-	// to boot: Create fails instead of booting an obsolete image.
+	// With img-2 deprecated and img-1 obsolete the family has no image left:
+	// the fallback again, never the obsolete image.
 	if err := p.ImageCatalog().Deprecate(ctx, "img-1", "OBSOLETE", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Create(ctx, req("g-3")); err == nil {
-		t.Fatal("create from a channel whose images are all deprecated or obsolete succeeded")
+	if in, err := p.Create(ctx, req("g-3")); err != nil || in.ImageKind != providers.ImageRuntimeInstall {
+		t.Fatalf("create from a channel whose images are all deprecated or obsolete = %+v, %v; want the runtime-install fallback", in, err)
 	}
 }
 

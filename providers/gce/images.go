@@ -38,12 +38,20 @@ func (p *Provider) bootImage(ctx context.Context, channel, arch string) (source,
 	fam := ChannelFamily(channel, arch)
 	im, err := p.imagesAPI.GetFromFamily(ctx, &computepb.GetFromFamilyImageRequest{Project: p.o.Project, Family: fam})
 	if isNotFound(err) {
-		return "", "", fmt.Errorf("image channel %q: family %q in project %q has no usable image; publish one, or remove image.channel from the group", channel, fam, p.o.Project)
+		return "", "", &noChannelImageError{channel: channel, family: fam, project: p.o.Project}
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("image channel %q: get the newest image of family %q: %w", channel, fam, err)
 	}
 	return "projects/" + p.o.Project + "/global/images/" + im.GetName(), im.GetName(), nil
+}
+
+// noChannelImageError is a channel whose family has no image to boot: none
+// published yet, or all deprecated.
+type noChannelImageError struct{ channel, family, project string }
+
+func (e *noChannelImageError) Error() string {
+	return fmt.Sprintf("image channel %q: family %q in project %q has no usable image (none published, or all deprecated)", e.channel, e.family, e.project)
 }
 
 // Images implements providers.Provider.

@@ -112,6 +112,17 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		providers.LabelImageKind: string(kind),
 	}
 	source, image, err := p.bootImage(ctx, req.ImageChannel, mt.Arch)
+	var noImage *noChannelImageError
+	if errors.As(err, &noImage) {
+		// The runtime-install fallback: the same user-data installs what
+		// the image lacks, so a channel without images slows boots down
+		// but never blocks a scale-up.
+		p.log.Warn("gce image channel has no image; booting the default image and installing at runtime",
+			"group", req.Group, "instance", req.Name, "channel", req.ImageChannel, "family", noImage.family)
+		kind = providers.ImageRuntimeInstall
+		labels[providers.LabelImageKind] = string(kind)
+		source, image, err = p.bootImage(ctx, "", mt.Arch)
+	}
 	if err != nil {
 		return providers.Instance{}, fmt.Errorf("gce: create %q (group %q): %w", req.Name, req.Group, err)
 	}
