@@ -201,7 +201,9 @@ func (p *Provider) Name() string { return "gce" }
 func (p *Provider) Project() string { return p.o.Project }
 
 // limited is an http.RoundTripper that paces requests with one token
-// bucket.
+// bucket. It waits on the request's context; the compute library's list
+// calls (aggregatedList, list) send their requests without the caller's
+// context, so their wait can't be cut short by it.
 type limited struct {
 	next http.RoundTripper
 	lim  *rate.Limiter

@@ -361,3 +361,30 @@ func TestBadCredentialsNameTheSetting(t *testing.T) {
 		t.Fatalf("New with a truncated key: %v, want an error naming providers.gce.credentials", err)
 	}
 }
+
+// Every client shares one token bucket: with a burst of 1 and a rate of
+// one request in ~17 minutes, a second request (another client, another
+// method) can't fit before its deadline and never reaches the API. (Only
+// calls whose request carries ctx can be refused this way: the compute
+// library's list calls send their requests without it.)
+func TestOneRateLimiterForAllClients(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, gcefake.Options{})
+	p, err := New(context.Background(), Options{Project: f.Project(), Endpoint: f.URL(), Cluster: "c", Rate: 0.001, Burst: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if _, err := p.MachineType(context.Background(), "e2-standard-2", testZone); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Delete(ctx, "gce://"+f.Project()+"/"+testZone+"/g-1"); err == nil || !strings.Contains(err.Error(), "rate") {
+		t.Fatalf("Delete past the budget: %v, want the limiter's refusal", err)
+	}
+	if n := len(f.Requests()); n != 1 {
+		t.Fatalf("%d requests reached the API, want 1", n)
+	}
+}
