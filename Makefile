@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X github.com/prebake-dev/prebake/internal/version.Version=$(VE
 UNIT_TIMEOUT ?= 5m
 E2E_TIMEOUT ?= 50m
 
-.PHONY: all build unit vet test system e2e demo bench bench-hcloud bench-mesh ciliumcompat generate check-generate fuzz clean help
+.PHONY: all build unit vet test system e2e demo bench bench-hcloud bench-gce bench-mesh ciliumcompat generate check-generate fuzz clean help
 
 all: build
 
@@ -50,6 +50,9 @@ bench: ## benchmark table: 100 groups, 5000 instances
 bench-hcloud: ## Hetzner API requests per simulated hour, 1000 servers in 20 groups: ours vs naive (docs/performance.md)
 	$(GO) run ./bench/hcloudrate
 
+bench-gce: ## Compute Engine API requests per Refresh and per simulated hour, 1000 instances in 20 groups (docs/performance.md)
+	$(GO) run ./bench/gcerate
+
 bench-mesh: ## mesh join table: sequential vs round-scheduled vs declarative (simulated, 15 s/op modelled)
 	$(GO) run ./mesh/cmd/bench
 	$(GO) test -run '^$$' -bench 'BenchmarkPlan' -benchmem ./mesh/
@@ -73,6 +76,8 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/kwok/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/hcloud/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/static/providerid/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/gce/providerid/
+	$(GO) test -run '^$$' -fuzz FuzzParseFilter -fuzztime 20s ./providers/gce/gcefake/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
 	$(GO) test -run '^$$' -fuzz FuzzParseName -fuzztime 20s ./imagecatalog/
 	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime 20s ./bootstrap/

@@ -104,6 +104,7 @@ type Workers struct {
 type Providers struct {
 	Kwok   *KwokProvider   `yaml:"kwok"`
 	Hcloud *HcloudProvider `yaml:"hcloud"`
+	Gce    *GceProvider    `yaml:"gce"`
 	Static *StaticProvider `yaml:"static"`
 }
 
@@ -129,10 +130,6 @@ func providerFields() []string {
 	}
 	return names
 }
-
-// plannedProviders are config keys of providers that are designed but not in
-// this build; naming one gets a clearer error than "unknown field".
-var plannedProviders = map[string]bool{"gce": true}
 
 // KwokProvider is the embedded default provider: its machines are Node
 // objects in a cluster that kwok keeps Ready. Boot times are SIMULATED.

@@ -304,14 +304,9 @@ func TestParseErrors(t *testing.T) {
 			exact: `test.yaml:13: unknown field "efect" in node group "small" at taints[0] (did you mean "effect"?)`,
 		},
 		{
-			name:  "a provider that is not in this build",
-			in:    edit(t, "kwok: {}", "kwok: {}\n  gce: {}"),
-			exact: `test.yaml:6: unknown field "gce" in providers: the gce provider is not in this build yet (available: kwok, hcloud, static)`,
-		},
-		{
 			name:  "an unknown provider lists hcloud",
 			in:    edit(t, "kwok: {}", "kwok: {}\n  openstack: {}"),
-			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud, static)`,
+			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud, gce, static)`,
 		},
 		{
 			name:  "hcloud token inline is refused",
@@ -465,7 +460,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{name: "missing provider", in: edit(t, "provider: kwok", `provider: ""`), want: []string{`test.yaml:8: node group "small": provider is required; set one of the configured providers (kwok)`}},
 		{name: "unknown provider", in: edit(t, "provider: kwok", "provider: kowk"), want: []string{`test.yaml:8: node group "small": unknown provider "kowk" (did you mean "kwok"?)`}},
-		{name: "provider not in this build", in: edit(t, "provider: kwok", "provider: gce"), want: []string{`test.yaml:8: node group "small": provider "gce" is not in this build yet`}},
+		{name: "provider known but not configured", in: edit(t, "provider: kwok", "provider: gce"), want: []string{`test.yaml:8: node group "small": provider "gce" is not configured; add it under providers`}},
 		{
 			name: "machine type not in the configured list",
 			in:   edit(t, "kwok: {}", "kwok: {machineTypes: [{name: kwok-small, cpu: 1, memory: 1Gi}]}", "machineType: kwok-small", "machineType: kwok-smal"),
@@ -531,7 +526,7 @@ func TestParseErrors(t *testing.T) {
 			name: "no provider",
 			in:   edit(t, "providers:\n  kwok: {}\n", "providers: {}\n"),
 			want: []string{
-				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud, static)`,
+				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud, gce, static)`,
 				`test.yaml:7: node group "small": provider "kwok" is not configured; add it under providers`,
 			},
 			count: 2,

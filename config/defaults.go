@@ -49,6 +49,7 @@ func (c *Config) applyDefaults(set map[string]bool) {
 	if h := c.Providers.Hcloud; h != nil && unset("providers.hcloud.image") {
 		h.Image = defaultHcloudImage
 	}
+	c.applyGceDefaults(unset)
 	if k := c.Providers.Kwok; k != nil {
 		const p = "providers.kwok"
 		if unset(p + ".namespace") {

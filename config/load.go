@@ -365,8 +365,6 @@ func (s *schema) unknownField(key *yaml.Node, path, name string, known []string)
 	var hint string
 	if path == "providers" {
 		switch {
-		case plannedProviders[name]:
-			hint = fmt.Sprintf(": the %s provider is not in this build yet (available: %s)", name, strings.Join(known, ", "))
 		case suggest(name, known) != "":
 			hint = fmt.Sprintf(" (did you mean %q?)", suggest(name, known))
 		default:

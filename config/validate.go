@@ -179,6 +179,9 @@ func (v *validator) providers() {
 	if h := v.c.Providers.Hcloud; h != nil {
 		v.hcloud(h)
 	}
+	if g := v.c.Providers.Gce; g != nil {
+		v.gce(g)
+	}
 	if s := v.c.Providers.Static; s != nil {
 		v.static(s)
 	}
@@ -335,6 +338,7 @@ func (v *validator) nodeGroups() {
 			v.errorf(p+".location", "%s: location is required; set the zone, such as \"zone-a\"", name)
 		} else {
 			v.labelValue(p+".location", g.Location)
+			v.gceGroup(p, name, g)
 		}
 		if g.Region != "" {
 			v.labelValue(p+".region", g.Region)
@@ -416,8 +420,6 @@ func (v *validator) groupProvider(p, name string, g NodeGroup) {
 	case slices.Contains(configured, g.Provider):
 	case slices.Contains(providerFields(), g.Provider):
 		v.errorf(p+".provider", "%s: provider %q is not configured; add it under providers", name, g.Provider)
-	case plannedProviders[g.Provider]:
-		v.errorf(p+".provider", "%s: provider %q is not in this build yet (available: %s)", name, g.Provider, strings.Join(providerFields(), ", "))
 	default:
 		hint := ""
 		if s := suggest(g.Provider, providerFields()); s != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -36,6 +37,7 @@ import (
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/internal/certs"
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/gce"
 	"github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/kwok"
 	"github.com/prebake-dev/prebake/providers/metrics"
@@ -314,6 +316,36 @@ func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger)
 			return out, fmt.Errorf("providers.hcloud: %w", err)
 		}
 		out.providers["hcloud"] = metrics.Wrap(p, m)
+	}
+	if g := cfg.Providers.Gce; g != nil {
+		var key []byte
+		if g.Credentials != (config.SecretRef{}) {
+			k, err := g.Credentials.Resolve()
+			if err != nil {
+				return out, fmt.Errorf("providers.gce.credentials: %w", err)
+			}
+			key = []byte(k)
+		}
+		p, err := gce.New(context.Background(), gce.Options{
+			Project:         g.Project,
+			CredentialsJSON: key,
+			Endpoint:        g.Endpoint,
+			Cluster:         cfg.ClusterName,
+			Image:           g.Image,
+			ImageArm64:      g.ImageArm64,
+			Network:         g.Network,
+			Subnetwork:      g.Subnetwork,
+			ExternalIP:      g.ExternalIP,
+			ServiceAccount:  g.ServiceAccount,
+			DiskSizeGB:      g.DiskSizeGB,
+			Rate:            rate.Limit(g.QPS),
+			Burst:           g.Burst,
+			Logger:          log.With("provider", "gce"),
+		})
+		if err != nil {
+			return out, fmt.Errorf("providers.gce: %w", err)
+		}
+		out.providers["gce"] = metrics.Wrap(p, m)
 	}
 	if s := cfg.Providers.Static; s != nil {
 		p, client, err := buildStatic(cfg, s, log)

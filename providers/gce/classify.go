@@ -1,0 +1,137 @@
+package gce
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/googleapi"
+
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// outOfResources are the operation error codes that mean "no capacity or
+// no quota here": CA backs the group off and tries another one. The same
+// set CA's in-tree GCE provider treats as out of resources.
+var outOfResources = []string{
+	"ZONE_RESOURCE_POOL_EXHAUSTED",
+	"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+	"RESOURCE_POOL_EXHAUSTED",
+	"QUOTA_EXCEEDED",
+}
+
+// OperationError is an operation that ended DONE with errors: how the API
+// reports stockouts, quota and most insert failures.
+type OperationError struct {
+	Operation string
+	// Codes are error.errors[].code, such as ZONE_RESOURCE_POOL_EXHAUSTED.
+	Codes    []string
+	Messages []string
+	// HTTPStatus is httpErrorStatusCode; 0 when absent.
+	HTTPStatus int
+}
+
+func (e *OperationError) Error() string {
+	var b strings.Builder
+	b.WriteString("operation " + e.Operation + " failed")
+	if e.HTTPStatus != 0 {
+		b.WriteString(" (HTTP " + strconv.Itoa(e.HTTPStatus) + ")")
+	}
+	for i, c := range e.Codes {
+		b.WriteString(": " + c)
+		if i < len(e.Messages) && e.Messages[i] != "" {
+			b.WriteString(" " + e.Messages[i])
+		}
+	}
+	return b.String()
+}
+
+// operationError returns the error of a DONE operation, nil if it has none.
+func operationError(op *computepb.Operation) error {
+	errs := op.GetError().GetErrors()
+	if len(errs) == 0 {
+		return nil
+	}
+	e := &OperationError{Operation: op.GetName(), HTTPStatus: int(op.GetHttpErrorStatusCode())}
+	for _, x := range errs {
+		e.Codes = append(e.Codes, x.GetCode())
+		e.Messages = append(e.Messages, x.GetMessage())
+	}
+	return e
+}
+
+// Classify implements providers.Provider. Stockout and quota operation
+// errors are OutOfResources; rate limits (429, 403 rateLimitExceeded), 5xx
+// and timeouts are retryable; the rest is Other.
+func (p *Provider) Classify(err error) providers.Classification {
+	return classify(err)
+}
+
+func classify(err error) providers.Classification {
+	var opErr *OperationError
+	var apiErr *googleapi.Error
+	var netErr net.Error
+	var foreign *foreignError
+	switch {
+	case err == nil:
+		return providers.Classification{}
+	case errors.As(err, &opErr):
+		for _, c := range opErr.Codes {
+			if slices.Contains(outOfResources, c) {
+				return providers.Classification{Class: providers.ErrorOutOfResources, Code: c}
+			}
+		}
+		code := "OPERATION_FAILED"
+		if len(opErr.Codes) > 0 && opErr.Codes[0] != "" {
+			code = opErr.Codes[0]
+		}
+		return providers.Classification{Class: providers.ErrorOther, Code: code,
+			Retryable: opErr.HTTPStatus >= 500 || code == "INTERNAL_ERROR"}
+	case errors.As(err, &apiErr):
+		reason := ""
+		if len(apiErr.Errors) > 0 {
+			reason = apiErr.Errors[0].Reason
+		}
+		switch {
+		case apiErr.Code == http.StatusTooManyRequests, reason == "rateLimitExceeded", reason == "userRateLimitExceeded":
+			return providers.Classification{Class: providers.ErrorOther, Code: "rateLimitExceeded", Retryable: true}
+		case reason == "alreadyExists":
+			// The name is taken but get did not show our instance: an
+			// earlier insert of ours still pending. A retry finds it.
+			return providers.Classification{Class: providers.ErrorOther, Code: reason, Retryable: true}
+		case apiErr.Code >= 500:
+			return providers.Classification{Class: providers.ErrorOther, Code: "api_" + strconv.Itoa(apiErr.Code), Retryable: true}
+		case reason != "":
+			return providers.Classification{Class: providers.ErrorOther, Code: reason}
+		}
+		return providers.Classification{Class: providers.ErrorOther, Code: "http_" + strconv.Itoa(apiErr.Code)}
+	case errors.As(err, &foreign):
+		return providers.Classification{Class: providers.ErrorOther, Code: "foreign_instance"}
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return providers.Classification{Class: providers.ErrorOther, Code: "timeout", Retryable: true}
+	}
+	return providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}
+}
+
+// isNotFound reports a 404 answer.
+func isNotFound(err error) bool {
+	var apiErr *googleapi.Error
+	return errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound
+}
+
+// isConflict reports a 409 answer (alreadyExists).
+func isConflict(err error) bool {
+	var apiErr *googleapi.Error
+	return errors.As(err, &apiErr) && apiErr.Code == http.StatusConflict
+}
+
+// isPreconditionFailed reports a 412 answer (a stale fingerprint).
+func isPreconditionFailed(err error) bool {
+	var apiErr *googleapi.Error
+	return errors.As(err, &apiErr) && apiErr.Code == http.StatusPreconditionFailed
+}

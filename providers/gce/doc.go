@@ -1,0 +1,22 @@
+// Package gce is the Google Compute Engine provider, on the official
+// cloud.google.com/go/compute/apiv1 REST clients. A node group is emulated
+// with instance labels, as on Hetzner: no managed instance groups, so a
+// scale-up names its instances itself.
+//
+// Invariants:
+//   - Ownership lives in the cloud: every instance we create carries the
+//     providers.Label* keys, mapped to GCE's key rules by LabelKey (the one
+//     place that mapping lives). List is one aggregatedList scan filtered by
+//     the cluster label, for every group and zone at once.
+//   - Create is idempotent by name: the instance name is the machine name
+//     the core chose and GCE names are unique per zone, so a retry finds the
+//     first instance (by get, or through 409 alreadyExists). The providerID
+//     gce://<project>/<zone>/<name> (package providerid) is therefore known
+//     before the VM exists: ProviderID answers known=true.
+//   - Create waits for the insert operation, because GCE reports stockouts
+//     and quota (ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED) only there.
+//   - Every request goes through one rate limiter (an http.RoundTripper)
+//     shared by all the compute clients.
+//   - User-data is passed through as the metadata item user-data and never
+//     logged.
+package gce

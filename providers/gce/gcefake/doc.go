@@ -1,0 +1,22 @@
+// Package gcefake is a stateful fake of the Compute Engine REST API (v1) on
+// loopback. The real cloud.google.com/go/compute/apiv1 REST clients talk to
+// it unchanged through option.WithEndpoint(f.URL()) and
+// option.WithoutAuthentication().
+//
+// It serves instances (insert, get, list and aggregatedList with label
+// filters, delete), zone and global operations (get, wait), images (insert
+// from a disk, get, getFromFamily, list with filters, setLabels with the
+// label fingerprint check, deprecate, delete) and machine types (get, list,
+// with accelerators). Bodies are the protojson of the computepb messages,
+// which carry the REST field names, so the shapes are the real ones.
+//
+// Invariants:
+//   - All state sits behind one mutex; time comes only from Options.Now, so a
+//     test with a manual Clock decides when instances boot and operations end.
+//   - Every request is logged, with the client's User-Agent and
+//     x-goog-api-client headers, so tests can prove which client called.
+//   - Injected faults answer as the real API does: HTTP errors with the
+//     {"error": {"code", "message", "errors": [{"reason"}]}} body; capacity
+//     and quota failures as an accepted insert whose operation ends DONE
+//     with error.errors[].code and httpErrorStatusCode.
+package gcefake
