@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	protos "github.com/prebake-dev/prebake/externalgrpc/proto"
 	"github.com/prebake-dev/prebake/providers/gce/gcefake"
@@ -41,40 +39,8 @@ func TestServeGceExample(t *testing.T) {
 	cfg = strings.Replace(cfg, "refreshInterval: 10s", "refreshInterval: 200ms", 1)
 
 	ctx := t.Context()
-	addr, stop := startServer(t, Options{ConfigPath: writeConfig(t, cfg)})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run after shutdown: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := protos.NewCloudProviderClient(conn)
-
-	nodes := func(id string) []*protos.Instance {
-		t.Helper()
-		res, err := c.NodeGroupNodes(ctx, &protos.NodeGroupNodesRequest{Id: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.GetInstances()
-	}
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			if _, err := c.Refresh(ctx, &protos.RefreshRequest{}); err != nil {
-				t.Fatalf("Refresh: %v", err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	c := serveConfig(t, cfg)
+	nodes, until := c.nodes, func(what string, cond func() bool) { t.Helper(); c.until(what, 15*time.Second, cond) }
 	const group = "e2-west4-a"
 	if _, err := c.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: group, Delta: 2}); err != nil {
 		t.Fatal(err)
