@@ -382,10 +382,15 @@ type sandboxBuild struct {
 	store    imagecatalog.FileStore
 }
 
-func runSandboxBuild(t *testing.T, tamper func(root string) error) sandboxBuild {
+// runSandboxBuild builds the recipe, changed first by request when that is set, with
+// tamper run on the builder's filesystem between its install and its report.
+func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), tamper func(root string) error) sandboxBuild {
 	t.Helper()
 	root := rootfstest.Fresh(t)
 	comps := sandboxRecipe(t, root)
+	if request != nil {
+		request(comps)
+	}
 	cloud := newBuildCloud(t)
 	agent := &sandboxAgent{Provider: cloud.p, cloud: cloud, root: root, comps: comps, tamper: tamper, done: make(chan sandboxRun, 1)}
 	sb := sandboxBuild{root: root, cloud: cloud, spec: sandboxSpec(comps, builderUserData(t, comps)),
@@ -415,7 +420,7 @@ func runSandboxBuild(t *testing.T, tamper func(root string) error) sandboxBuild 
 // dpkg, and the report's observed manifest differs from bootstrap's own record when the
 // image is tampered with (see TestBuildRejectsWhatTheSandboxDidNotInstall).
 func TestBuildObservesTheSandbox(t *testing.T) {
-	sb := runSandboxBuild(t, nil)
+	sb := runSandboxBuild(t, nil, nil)
 	res, err, progress, run, cloud, spec, store := sb.res, sb.err, sb.progress, sb.run, sb.cloud, sb.spec, sb.store
 	if err != nil {
 		t.Fatalf("build: %v\nprogress:\n%s\nuser-data output:\n%s", err, progress, rootfstest.Tail(run.out))
@@ -504,7 +509,7 @@ func TestBuildRejectsWhatTheSandboxDidNotInstall(t *testing.T) {
 		}
 		return writeRootFile(root, "/usr/bin/crictl", "#!/bin/sh\necho 'crictl version v1.34.0'\n", 0o755)
 	}
-	sb := runSandboxBuild(t, tamper)
+	sb := runSandboxBuild(t, nil, tamper)
 	res, err, progress, run, cloud, spec, store := sb.res, sb.err, sb.progress, sb.run, sb.cloud, sb.spec, sb.store
 	if run.status != "done" {
 		t.Fatalf("the user-data failed before the tampering:\n%s", rootfstest.Tail(run.out))
@@ -519,6 +524,7 @@ func TestBuildRejectsWhatTheSandboxDidNotInstall(t *testing.T) {
 	if !errors.As(err, &ve) {
 		t.Fatalf("build = %+v, %v; want a verification error\nprogress:\n%s", res, err, progress)
 	}
+	t.Logf("the build's error: %v", err)
 	for _, w := range []string{
 		"socat: want " + want.Components["socat"] + ", not installed",
 		"version cri-tools: want v1.35.0, got sha256-",
@@ -535,6 +541,40 @@ func TestBuildRejectsWhatTheSandboxDidNotInstall(t *testing.T) {
 		t.Errorf("%d servers left after a failed build, want the builder deleted", live)
 	}
 	c, _, err := store.Load(context.Background())
+	if err != nil || len(c.Images) != 0 {
+		t.Errorf("catalog after a failed build: %d images, %v; want none", len(c.Images), err)
+	}
+}
+
+// TestBuildRejectsAVersionAptCannotGive: the recipe asks for a socat version the mirror does
+// not have. bootstrap's install fails, the builder reports "failed" with what it observed
+// (the apt transaction installed nothing), and the build names both and publishes nothing.
+func TestBuildRejectsAVersionAptCannotGive(t *testing.T) {
+	const bogus = "1.7.4.4-2+prebake1"
+	sb := runSandboxBuild(t, func(comps []bootstrap.Component) {
+		for i := range comps {
+			if comps[i].Name == "socat" {
+				comps[i].Version = bogus
+			}
+		}
+	}, nil)
+	if sb.run.status != "failed" {
+		t.Errorf("the user-data result is %q, want failed:\n%s", sb.run.status, rootfstest.Tail(sb.run.out))
+	}
+	var ve *imagecatalog.VerifyError
+	if !errors.As(sb.err, &ve) {
+		t.Fatalf("build = %+v, %v; want a verification error\nprogress:\n%s", sb.res, sb.err, sb.progress)
+	}
+	t.Logf("the build's error: %v", sb.err)
+	for _, w := range []string{`reported "failed"`, "socat: want " + bogus + ", not installed", "nothing was published"} {
+		if !strings.Contains(sb.err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, sb.err)
+		}
+	}
+	if n := len(snapshots(t, sb.cloud.p)); n != 0 {
+		t.Errorf("%d snapshots after a failed build, want 0", n)
+	}
+	c, _, err := sb.store.Load(context.Background())
 	if err != nil || len(c.Images) != 0 {
 		t.Errorf("catalog after a failed build: %d images, %v; want none", len(c.Images), err)
 	}
