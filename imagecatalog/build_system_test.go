@@ -105,22 +105,24 @@ func builderUserData(t *testing.T, comps []bootstrap.Component) []byte {
 	return ud.CloudConfig
 }
 
-// reportScript is the builder's last step before the snapshot, as a shell script run inside
-// the image: the cleanup every builder does (host keys, machine-id, cloud-init state, apt
-// caches), then one observed fact a line. Versions come from dpkg and the binaries, never from
-// the recipe: the recipe only says where to look (a package name, a path) and, for binaries
-// without a version command, which sha256 is which release.
-func reportScript(comps []bootstrap.Component) string {
-	var b strings.Builder
-	b.WriteString(`set -u
-# Cleanup before the snapshot: what first boot made must be made again on every node.
+// cleanupScript is what every builder does last before the snapshot: what first boot made
+// (host keys, machine id, cloud-init's instance state) must be made again on every node, and
+// the package caches are dead weight.
+const cleanupScript = `set -eu
 rm -f /etc/ssh/ssh_host_*
 if [ -e /etc/machine-id ]; then : >/etc/machine-id; fi
 rm -rf /var/lib/cloud/instance /var/lib/cloud/instances /var/lib/cloud/data/instance-id
 apt-get clean
 rm -rf /var/lib/apt/lists/*
+`
 
-# Observation.
+// reportScript is the builder's report step, after the cleanup, as a shell script run inside
+// the image: one observed fact a line. Versions come from dpkg and the binaries, never from
+// the recipe: the recipe only says where to look (a package name, a path) and, for binaries
+// without a version command, which sha256 is which release.
+func reportScript(comps []bootstrap.Component) string {
+	var b strings.Builder
+	b.WriteString(`set -u
 apt_version() { # component package
 	v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$2" 2>/dev/null) || v=
 	case "$v" in "installed "*) echo "component $1 ${v#installed }" ;; *) echo "component $1" ;; esac
@@ -217,11 +219,19 @@ type sandboxAgent struct {
 	cloud buildCloud
 	root  string
 	comps []bootstrap.Component
-	// tamper changes the installed filesystem after the user-data and before the report.
-	tamper func(root string) error
+	hooks sandboxHooks
+	// cancel ends the Build when the sandbox itself breaks, so it does not wait out its
+	// timeout for a report that will never come.
+	cancel context.CancelFunc
 	// booted is set when a builder booted; done then receives what it did.
 	booted bool
 	done   chan sandboxRun
+}
+
+// sandboxHooks change the builder's filesystem between its steps, as a broken script or a
+// stray process would.
+type sandboxHooks struct {
+	afterInstall, afterCleanup func(root string) error
 }
 
 // sandboxRun is what the builder VM did.
@@ -245,7 +255,13 @@ func (a *sandboxAgent) BootBuilder(ctx context.Context, spec imagecatalog.Builde
 		}
 	}
 	a.booted = true
-	go func() { a.done <- a.run(context.WithoutCancel(ctx), st.ID, userData) }()
+	go func() {
+		r := a.run(context.WithoutCancel(ctx), st.ID, userData)
+		if r.err != nil {
+			a.cancel()
+		}
+		a.done <- r
+	}()
 	return st, nil
 }
 
@@ -304,19 +320,27 @@ func (a *sandboxAgent) run(ctx context.Context, id, userData string) (res sandbo
 		}
 	}
 	res.install = time.Since(began)
-	if a.tamper != nil {
-		if res.err = a.tamper(a.root); res.err != nil {
+	if h := a.hooks.afterInstall; h != nil {
+		if res.err = h(a.root); res.err != nil {
 			return res
 		}
 	}
 
+	// The builder's last steps: cleanup, then the report. Their scripts live outside the
+	// image (in /run, a tmpfs of the chroot's private mount namespace), so the snapshot does
+	// not carry them.
 	began = time.Now()
-	const script = "var/lib/prebake-builder/report.sh"
-	if res.err = writeRootFile(a.root, script, reportScript(a.comps), 0o700); res.err != nil {
+	if out, err := rootfstest.Cmd(a.root, nil, "sh", "-c", cleanupScript).CombinedOutput(); err != nil {
+		res.err = fmt.Errorf("cleanup step: %w\n%s", err, out)
 		return res
 	}
+	if h := a.hooks.afterCleanup; h != nil {
+		if res.err = h(a.root); res.err != nil {
+			return res
+		}
+	}
 	var stdout, stderr bytes.Buffer
-	cmd := rootfstest.Cmd(a.root, nil, "sh", "/"+script)
+	cmd := rootfstest.Cmd(a.root, nil, "sh", "-c", reportScript(a.comps))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		res.err = fmt.Errorf("report step: %w\n%s", err, stderr.Bytes())
@@ -382,9 +406,9 @@ type sandboxBuild struct {
 	store    imagecatalog.FileStore
 }
 
-// runSandboxBuild builds the recipe, changed first by request when that is set, with
-// tamper run on the builder's filesystem between its install and its report.
-func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), tamper func(root string) error) sandboxBuild {
+// runSandboxBuild builds the recipe, changed first by request when that is set, with hooks
+// run on the builder's filesystem between its steps.
+func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sandboxHooks) sandboxBuild {
 	t.Helper()
 	root := rootfstest.Fresh(t)
 	comps := sandboxRecipe(t, root)
@@ -392,13 +416,15 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), tamper f
 		request(comps)
 	}
 	cloud := newBuildCloud(t)
-	agent := &sandboxAgent{Provider: cloud.p, cloud: cloud, root: root, comps: comps, tamper: tamper, done: make(chan sandboxRun, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agent := &sandboxAgent{Provider: cloud.p, cloud: cloud, root: root, comps: comps, hooks: hooks, cancel: cancel, done: make(chan sandboxRun, 1)}
 	sb := sandboxBuild{root: root, cloud: cloud, spec: sandboxSpec(comps, builderUserData(t, comps)),
 		store: imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}}
 	var progress bytes.Buffer
 	opts := imagecatalog.BuildOptions{Poll: 100 * time.Millisecond, Timeout: 20 * time.Minute, Progress: &progress, Now: cloud.clock.Now}
 	began := time.Now()
-	sb.res, sb.err = imagecatalog.Build(context.Background(), agent, sb.store, sb.spec, opts)
+	sb.res, sb.err = imagecatalog.Build(ctx, agent, sb.store, sb.spec, opts)
 	elapsed := time.Since(began)
 	sb.progress = progress.String()
 	if !agent.booted {
@@ -408,7 +434,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), tamper f
 	if sb.run.err != nil {
 		t.Fatalf("the sandbox builder broke: %v\nuser-data output:\n%s", sb.run.err, rootfstest.Tail(sb.run.out))
 	}
-	t.Logf("sandbox build: %.1f s in Build; the builder's user-data (runtime install) %.1f s, its report step %.1f s; user-data result %s",
+	t.Logf("sandbox build: %.1f s in Build; the builder's user-data (runtime install) %.1f s, its cleanup and report steps %.1f s; user-data result %s",
 		elapsed.Seconds(), sb.run.install.Seconds(), sb.run.report.Seconds(), sb.run.status)
 	return sb
 }
@@ -420,7 +446,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), tamper f
 // dpkg, and the report's observed manifest differs from bootstrap's own record when the
 // image is tampered with (see TestBuildRejectsWhatTheSandboxDidNotInstall).
 func TestBuildObservesTheSandbox(t *testing.T) {
-	sb := runSandboxBuild(t, nil, nil)
+	sb := runSandboxBuild(t, nil, sandboxHooks{})
 	res, err, progress, run, cloud, spec, store := sb.res, sb.err, sb.progress, sb.run, sb.cloud, sb.spec, sb.store
 	if err != nil {
 		t.Fatalf("build: %v\nprogress:\n%s\nuser-data output:\n%s", err, progress, rootfstest.Tail(run.out))
@@ -485,7 +511,7 @@ func TestBuildObservesTheSandbox(t *testing.T) {
 	for _, n := range slices.Sorted(maps.Keys(im.Manifest.Components)) {
 		fmt.Fprintf(&b, "| %s | %s |\n", n, im.Manifest.Components[n])
 	}
-	fmt.Fprintf(&b, "\nsandbox build: user-data (runtime install) %.1f s, report step %.1f s, kubelet/kubeadm %s\n",
+	fmt.Fprintf(&b, "\nsandbox build: user-data (runtime install) %.1f s, cleanup and report %.1f s, kubelet/kubeadm %s\n",
 		run.install.Seconds(), run.report.Seconds(), cluster.KubernetesVersion)
 	t.Log(b.String())
 }
@@ -509,7 +535,7 @@ func TestBuildRejectsWhatTheSandboxDidNotInstall(t *testing.T) {
 		}
 		return writeRootFile(root, "/usr/bin/crictl", "#!/bin/sh\necho 'crictl version v1.34.0'\n", 0o755)
 	}
-	sb := runSandboxBuild(t, nil, tamper)
+	sb := runSandboxBuild(t, nil, sandboxHooks{afterInstall: tamper})
 	res, err, progress, run, cloud, spec, store := sb.res, sb.err, sb.progress, sb.run, sb.cloud, sb.spec, sb.store
 	if run.status != "done" {
 		t.Fatalf("the user-data failed before the tampering:\n%s", rootfstest.Tail(run.out))
@@ -557,7 +583,7 @@ func TestBuildRejectsAVersionAptCannotGive(t *testing.T) {
 				comps[i].Version = bogus
 			}
 		}
-	}, nil)
+	}, sandboxHooks{})
 	if sb.run.status != "failed" {
 		t.Errorf("the user-data result is %q, want failed:\n%s", sb.run.status, rootfstest.Tail(sb.run.out))
 	}
@@ -570,6 +596,40 @@ func TestBuildRejectsAVersionAptCannotGive(t *testing.T) {
 		if !strings.Contains(sb.err.Error(), w) {
 			t.Errorf("error lacks %q:\n%v", w, sb.err)
 		}
+	}
+	if n := len(snapshots(t, sb.cloud.p)); n != 0 {
+		t.Errorf("%d snapshots after a failed build, want 0", n)
+	}
+	c, _, err := sb.store.Load(context.Background())
+	if err != nil || len(c.Images) != 0 {
+		t.Errorf("catalog after a failed build: %d images, %v; want none", len(c.Images), err)
+	}
+}
+
+// TestBuildRejectsAnUncleanImage: after the builder's cleanup, something makes a host key
+// and a machine id again (an sshd or systemd started in the image would). The report sees
+// them, and the build fails naming both checks and their fixes, and publishes nothing.
+func TestBuildRejectsAnUncleanImage(t *testing.T) {
+	sb := runSandboxBuild(t, nil, sandboxHooks{afterCleanup: func(root string) error {
+		if err := writeRootFile(root, "etc/ssh/ssh_host_rsa_key", "regenerated\n", 0o600); err != nil {
+			return err
+		}
+		return writeRootFile(root, "etc/machine-id", "fedcba9876543210fedcba9876543210\n", 0o444)
+	}})
+	var ve *imagecatalog.VerifyError
+	if !errors.As(sb.err, &ve) {
+		t.Fatalf("build = %+v, %v; want a verification error\nprogress:\n%s", sb.res, sb.err, sb.progress)
+	}
+	t.Logf("the build's error: %v", sb.err)
+	if len(ve.Mismatches) != 0 {
+		t.Errorf("version mismatches %v, want none: only the hygiene is broken", ve.Mismatches)
+	}
+	want := []string{
+		"hygiene check machine-id failed: truncate /etc/machine-id, or every node shares one machine id",
+		"hygiene check ssh-host-keys failed: remove /etc/ssh/ssh_host_* before the snapshot, or every node shares host keys",
+	}
+	if d := cmp.Diff(want, slices.Sorted(slices.Values(ve.Hygiene))); d != "" {
+		t.Errorf("hygiene failures (-want +got):\n%s", d)
 	}
 	if n := len(snapshots(t, sb.cloud.p)); n != 0 {
 		t.Errorf("%d snapshots after a failed build, want 0", n)
