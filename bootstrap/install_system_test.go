@@ -4,130 +4,26 @@ package bootstrap_test
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
-	"maps"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/bootstrap/rootfstest"
 	"github.com/prebake-dev/prebake/e2e/cluster"
 )
 
 // aptComponents are the Debian packages of imagecatalog.DefaultComponents that bookworm
 // ships and minbase lacks; their versions are whatever the cached package lists offer.
 var aptComponents = []string{"containerd", "runc", "conntrack", "socat", "ethtool", "iptables", "ebtables"}
-
-// nodeBinaries builds (once, cached) kubelet and kubeadm from k8s.io/kubernetes and serves
-// them from 127.0.0.1, returning them as binary components.
-var nodeBinariesOnce struct {
-	sync.Mutex
-	bins cluster.NodeBinaries
-	err  error
-	done bool
-}
-
-func binaryComponents(t *testing.T) []bootstrap.Component {
-	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		missingPrereq(t, "the go command is not on PATH (needed to build kubelet and kubeadm)")
-	}
-	nodeBinariesOnce.Lock()
-	if !nodeBinariesOnce.done {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		nodeBinariesOnce.bins, nodeBinariesOnce.err = cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: testWriter{t}})
-		cancel()
-		nodeBinariesOnce.done = true
-	}
-	bins, err := nodeBinariesOnce.bins, nodeBinariesOnce.err
-	nodeBinariesOnce.Unlock()
-	if err != nil {
-		t.Fatalf("build kubelet and kubeadm: %v", err)
-	}
-	// URL path → binary, and the component each becomes.
-	files := map[string]string{}
-	var out []bootstrap.Component
-	add := func(name, version, src, dst string) {
-		files["/"+name] = src
-		out = append(out, bootstrap.Component{Name: name, Version: version, SHA256: fileSHA256(t, src), Path: dst})
-	}
-	add("kubelet", cluster.KubernetesVersion, bins.Kubelet, "/usr/bin/kubelet")
-	add("kubeadm", cluster.KubernetesVersion, bins.Kubeadm, "/usr/bin/kubeadm")
-	for _, p := range slices.Sorted(maps.Keys(bins.CNIPlugins)) {
-		add("cni-"+p, cluster.CNIPluginsVersion, bins.CNIPlugins[p], "/opt/cni/bin/"+p)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := files[r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		http.ServeFile(w, r, p)
-	}))
-	t.Cleanup(srv.Close)
-	for i := range out {
-		out[i].URL = srv.URL + "/" + out[i].Name
-	}
-	return out
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func fileSHA256(t testing.TB, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// candidateVersions asks apt inside root which version of each package it would install.
-func candidateVersions(t testing.TB, root string, pkgs []string) map[string]string {
-	t.Helper()
-	out := chroot(t, root, append([]string{"apt-cache", "show", "--no-all-versions"}, pkgs...)...)
-	got := map[string]string{}
-	var pkg string
-	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, "Package: "); ok {
-			pkg = v
-		}
-		if v, ok := strings.CutPrefix(line, "Version: "); ok && pkg != "" {
-			got[pkg] = v
-		}
-	}
-	for _, p := range pkgs {
-		if got[p] == "" {
-			t.Fatalf("apt in the rootfs has no version of %s:\n%s", p, out)
-		}
-	}
-	return got
-}
 
 // shimApt replaces apt-get, apt-cache and apt-mark in root with wrappers that log every
 // call to /var/log/prebake-apt-calls and then run the real command.
@@ -138,7 +34,7 @@ func shimApt(t testing.TB, root string) {
 		if err := os.Rename(p, p+".real"); err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, p, fmt.Sprintf("#!/bin/sh\necho \"%s $*\" >>/var/log/prebake-apt-calls\nexec /usr/bin/%s.real \"$@\"\n", c, c), 0o755)
+		rootfstest.WriteFile(t, p, fmt.Sprintf("#!/bin/sh\necho \"%s $*\" >>/var/log/prebake-apt-calls\nexec /usr/bin/%s.real \"$@\"\n", c, c), 0o755)
 	}
 }
 
@@ -171,7 +67,7 @@ func nodeInput(name string, comps []bootstrap.Component) bootstrap.Input {
 func runScript(t testing.TB, root string, in bootstrap.Input) (bootstrap.Status, []byte, error) {
 	t.Helper()
 	writeScript(t, root, in)
-	out, err := chrootCmd(root, nil, "sh", bootstrap.ScriptPath).CombinedOutput()
+	out, err := rootfstest.Cmd(root, nil, "sh", bootstrap.ScriptPath).CombinedOutput()
 	return readStatus(t, root, out, err), out, err
 }
 
@@ -183,7 +79,7 @@ func runScriptStdin(t testing.TB, root string, in bootstrap.Input, env ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := chrootCmd(root, env, "sh", "-s")
+	cmd := rootfstest.Cmd(root, env, "sh", "-s")
 	cmd.Stdin = bytes.NewReader(ud.Script)
 	out, err := cmd.CombinedOutput()
 	return readStatus(t, root, out, err), out, err
@@ -199,14 +95,14 @@ func writeScript(t testing.TB, root string, in bootstrap.Input) {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(ud.Script) {
 		return // cloud-init writes it once; rewriting it would show as a change
 	}
-	writeFile(t, path, string(ud.Script), 0o700)
+	rootfstest.WriteFile(t, path, string(ud.Script), 0o700)
 }
 
 func readStatus(t testing.TB, root string, out []byte, runErr error) bootstrap.Status {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(root, strings.TrimPrefix(bootstrap.DefaultStatusPath, "/")))
 	if err != nil {
-		t.Fatalf("no status file after the script (%v): %v\n%s", runErr, err, tail(out))
+		t.Fatalf("no status file after the script (%v): %v\n%s", runErr, err, rootfstest.Tail(out))
 	}
 	st, err := bootstrap.ParseStatus(data)
 	if err != nil {
@@ -224,9 +120,9 @@ func readStatus(t testing.TB, root string, out []byte, runErr error) bootstrap.S
 //
 // It prints the install-phase times of both from this one run (docs/bootstrap.md).
 func TestInstallVanillaThenPrebaked(t *testing.T) {
-	root := freshRootfs(t)
-	comps := binaryComponents(t)
-	versions := candidateVersions(t, root, aptComponents)
+	root := rootfstest.Fresh(t)
+	comps := rootfstest.NodeBinaryComponents(t)
+	versions := rootfstest.CandidateVersions(t, root, aptComponents)
 	for _, p := range aptComponents {
 		comps = append(comps, bootstrap.Component{Name: p, Version: versions[p]})
 	}
@@ -235,7 +131,7 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	// 1. Vanilla.
 	vanilla, out, err := runScript(t, root, nodeInput("node-a", comps))
 	if err != nil {
-		t.Fatalf("vanilla run: %v\n%s", err, tail(out))
+		t.Fatalf("vanilla run: %v\n%s", err, rootfstest.Tail(out))
 	}
 	if vanilla.Result != "ok" || vanilla.Prebaked {
 		t.Fatalf("vanilla status: result %q prebaked %v, want ok and false: %+v", vanilla.Result, vanilla.Prebaked, vanilla)
@@ -248,7 +144,7 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 		t.Errorf("vanilla installed (-want +got):\n%s", diff)
 	}
 	for _, p := range aptComponents {
-		if got := chroot(t, root, "dpkg-query", "-W", "-f=${Version}", p); got != versions[p] {
+		if got := rootfstest.Chroot(t, root, "dpkg-query", "-W", "-f=${Version}", p); got != versions[p] {
 			t.Errorf("%s installed at %q, want %q", p, got, versions[p])
 		}
 	}
@@ -256,11 +152,11 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 		if c.URL == "" {
 			continue
 		}
-		if got := fileSHA256(t, filepath.Join(root, c.Path)); got != c.SHA256 {
+		if got := rootfstest.FileSHA256(t, filepath.Join(root, c.Path)); got != c.SHA256 {
 			t.Errorf("%s sha256 %s, want %s", c.Path, got, c.SHA256)
 		}
 	}
-	if got := chroot(t, root, "/usr/bin/kubeadm", "version", "-o", "short"); strings.TrimSpace(got) != cluster.KubernetesVersion {
+	if got := rootfstest.Chroot(t, root, "/usr/bin/kubeadm", "version", "-o", "short"); strings.TrimSpace(got) != cluster.KubernetesVersion {
 		t.Errorf("kubeadm version in the rootfs = %q, want %s", got, cluster.KubernetesVersion)
 	}
 	if calls := aptCalls(t, root); !slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "apt-get install") }) {
@@ -288,7 +184,7 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	before := snapshot(t, root)
 	again, out, err := runScript(t, root, nodeInput("node-a", comps))
 	if err != nil {
-		t.Fatalf("second run: %v\n%s", err, tail(out))
+		t.Fatalf("second run: %v\n%s", err, rootfstest.Tail(out))
 	}
 	if len(again.Installed) != 0 {
 		t.Errorf("second run installed %q, want nothing", again.Installed)
@@ -305,7 +201,7 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	nodeB.ProviderID = ""
 	prebaked, out, err := runScriptStdin(t, root, nodeB, "PREBAKE_PROVIDER_ID=static://node-b")
 	if err != nil {
-		t.Fatalf("prebaked run: %v\n%s", err, tail(out))
+		t.Fatalf("prebaked run: %v\n%s", err, rootfstest.Tail(out))
 	}
 	if !prebaked.Prebaked || len(prebaked.Installed) != 0 {
 		t.Errorf("prebaked status: prebaked %v installed %q, want true and nothing", prebaked.Prebaked, prebaked.Installed)
@@ -324,10 +220,10 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	}
 
 	// The JoinConfiguration is one the real kubeadm accepts; a broken one it rejects.
-	chroot(t, root, "/usr/bin/kubeadm", "config", "validate", "--config", "/etc/prebake/kubeadm-join.yaml")
+	rootfstest.Chroot(t, root, "/usr/bin/kubeadm", "config", "validate", "--config", "/etc/prebake/kubeadm-join.yaml")
 	join := readFile(t, filepath.Join(root, "etc/prebake/kubeadm-join.yaml"))
-	writeFile(t, filepath.Join(root, "tmp/broken.yaml"), strings.Replace(join, "nodeRegistration:", "nodeRegistrashun:", 1), 0o600)
-	if out, err := chrootCmd(root, nil, "/usr/bin/kubeadm", "config", "validate", "--config", "/tmp/broken.yaml").CombinedOutput(); err == nil {
+	rootfstest.WriteFile(t, filepath.Join(root, "tmp/broken.yaml"), strings.Replace(join, "nodeRegistration:", "nodeRegistrashun:", 1), 0o600)
+	if out, err := rootfstest.Cmd(root, nil, "/usr/bin/kubeadm", "config", "validate", "--config", "/tmp/broken.yaml").CombinedOutput(); err == nil {
 		t.Errorf("kubeadm config validate accepted an unknown field:\n%s", out)
 	}
 
@@ -337,15 +233,15 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	if err := os.Rename(kubeadm, kubeadm+".real"); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, kubeadm, "#!/bin/sh\necho \"$*\" >>/var/log/kubeadm-calls\nmkdir -p /etc/kubernetes && : >/etc/kubernetes/kubelet.conf\n", 0o755)
+	rootfstest.WriteFile(t, kubeadm, "#!/bin/sh\necho \"$*\" >>/var/log/kubeadm-calls\nmkdir -p /etc/kubernetes && : >/etc/kubernetes/kubelet.conf\n", 0o755)
 	// Once joined, the node annotates itself with its phases (kubectl is a shim too).
-	writeFile(t, filepath.Join(root, "usr/local/bin/kubectl"), "#!/bin/sh\necho \"$*\" >>/var/log/kubectl-calls\n", 0o755)
+	rootfstest.WriteFile(t, filepath.Join(root, "usr/local/bin/kubectl"), "#!/bin/sh\necho \"$*\" >>/var/log/kubectl-calls\n", 0o755)
 	in := nodeInput("node-b", comps)
 	in.Options.SkipJoin = false
 	for _, want := range []string{"ok", "skipped"} {
 		st, out, err := runScript(t, root, in)
 		if err != nil {
-			t.Fatalf("run with join: %v\n%s", err, tail(out))
+			t.Fatalf("run with join: %v\n%s", err, rootfstest.Tail(out))
 		}
 		if ph, _ := st.Phase("join"); ph.Result != want {
 			t.Errorf("join phase = %+v, want %s", ph, want)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/bootstrap/rootfstest"
 )
 
 // A lockHolder holds the rootfs's dpkg frontend lock until release is called: "flock" with
@@ -115,8 +116,8 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // kind of lock: held past the bound the script fails with an error naming the lock and the
 // bound and installs nothing; released within the bound the script waits and installs.
 func TestDpkgLockBound(t *testing.T) {
-	root := freshRootfs(t)
-	v := candidateVersions(t, root, []string{"socat", "ethtool"})
+	root := rootfstest.Fresh(t)
+	v := rootfstest.CandidateVersions(t, root, []string{"socat", "ethtool"})
 	holders := []struct {
 		name string
 		hold lockHolder
@@ -138,16 +139,16 @@ func TestDpkgLockBound(t *testing.T) {
 			in.Options.DpkgLockWait = 2 * time.Second
 			st, out, err := runScript(t, root, in)
 			if err == nil {
-				t.Fatalf("script succeeded with the dpkg lock held:\n%s", tail(out))
+				t.Fatalf("script succeeded with the dpkg lock held:\n%s", rootfstest.Tail(out))
 			}
 			want := "install: the dpkg lock /var/lib/dpkg/lock-frontend was still held after 2s (the dpkgLockWait bound)"
 			if !strings.HasPrefix(st.Error, want) || st.Result != "failed" {
 				t.Errorf("status error = %q (result %s), want it to start with %q", st.Error, st.Result, want)
 			}
 			if !strings.Contains(string(out), want) {
-				t.Errorf("stderr lacks %q:\n%s", want, tail(out))
+				t.Errorf("stderr lacks %q:\n%s", want, rootfstest.Tail(out))
 			}
-			if chrootCmd(root, nil, "dpkg-query", "-W", h.pkg).Run() == nil {
+			if rootfstest.Cmd(root, nil, "dpkg-query", "-W", h.pkg).Run() == nil {
 				t.Errorf("%s got installed although the lock was held", h.pkg)
 			}
 		})
@@ -162,7 +163,7 @@ func TestDpkgLockBound(t *testing.T) {
 			var err error
 			go func() {
 				defer close(done)
-				out, err = chrootCmd(root, nil, "sh", bootstrap.ScriptPath).CombinedOutput()
+				out, err = rootfstest.Cmd(root, nil, "sh", bootstrap.ScriptPath).CombinedOutput()
 			}()
 			waitFor(t, "the script to wait on the dpkg lock", func() bool {
 				select {
@@ -176,12 +177,12 @@ func TestDpkgLockBound(t *testing.T) {
 			<-done
 			st := readStatus(t, root, out, err)
 			if err != nil {
-				t.Fatalf("script failed after the lock was released: %v\n%s", err, tail(out))
+				t.Fatalf("script failed after the lock was released: %v\n%s", err, rootfstest.Tail(out))
 			}
 			if ph, _ := st.Phase("install"); ph.Result != "ok" {
 				t.Errorf("install phase = %+v, want ok", ph)
 			}
-			if got := chroot(t, root, "dpkg-query", "-W", "-f=${Version}", h.pkg); got != v[h.pkg] {
+			if got := rootfstest.Chroot(t, root, "dpkg-query", "-W", "-f=${Version}", h.pkg); got != v[h.pkg] {
 				t.Errorf("%s installed at %q, want %q", h.pkg, got, v[h.pkg])
 			}
 		})
