@@ -1,30 +1,14 @@
 package hcloudfake
 
 import (
-	"sync"
 	"time"
+
+	"github.com/prebake-dev/prebake/internal/manualclock"
 )
 
 // Clock is a manual clock for Options.Now, so tests and benchmarks decide
-// when actions finish and servers boot. It is safe for concurrent use.
-type Clock struct {
-	mu  sync.Mutex // guards now
-	now time.Time
-}
+// when operations finish and machines boot.
+type Clock = manualclock.Clock
 
 // NewClock returns a clock standing at t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewClock(t time.Time) *Clock { return manualclock.New(t) }
