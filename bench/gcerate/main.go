@@ -25,17 +25,15 @@ import (
 	"time"
 
 	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/bench/cahour"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/gce"
 	"github.com/prebake-dev/prebake/providers/gce/gcefake"
 )
 
 const (
-	loop       = 10 * time.Second // CA's --scan-interval
-	churnEvery = 30               // loops between scale-ups (5 min)
-	churnSize  = 5
-	churnHold  = 6 // loops a churned group stays up (1 min)
-	targetRPCs = 3 // TargetSize calls per group per loop
+	loop      = cahour.Loop
+	churnSize = cahour.ChurnSize
 )
 
 var zones = []string{"europe-west4-a", "europe-west4-b", "us-central1-a", "us-central1-f"}
@@ -208,66 +206,12 @@ func runHour(c config, ttl time.Duration) (result, error) {
 
 	r := result{name: fmt.Sprintf("prebake, refreshInterval %v", ttl)}
 	f.ResetRequests()
-	var churned string
-	var churnedOld map[string]bool
-	for l := range int(c.hour / loop) {
-		clk.Advance(loop)
-		// Refresh only kicks a re-list when the TTL has passed; Sync(false)
-		// runs that re-list here, so the count does not hang on goroutine
-		// timing.
-		_ = core.Refresh(ctx)
-		core.Sync(ctx, false)
-		for _, g := range core.NodeGroups() {
-			for range targetRPCs {
-				if _, err := core.TargetSize(g.ID); err != nil {
-					return r, err
-				}
-			}
-			views, err := core.Nodes(g.ID)
-			if err != nil {
-				return r, err
-			}
-			for _, v := range views {
-				core.NodeGroupForNode(autoscaling.Node{ProviderID: v.ProviderID})
-			}
-			if len(views) == 0 {
-				if _, err := core.TemplateNode(g.ID); err != nil {
-					return r, err
-				}
-			}
-		}
-		switch {
-		case l%churnEvery == 0:
-			churned = groupID((l / churnEvery) % c.groups)
-			churnedOld = map[string]bool{}
-			views, _ := core.Nodes(churned)
-			for _, v := range views {
-				churnedOld[v.ProviderID] = true
-			}
-			if err := core.IncreaseSize(churned, churnSize); err != nil {
-				return r, err
-			}
-			if err := waitInstances(f, c.instances+churnSize); err != nil {
-				return r, err
-			}
-			r.creates += churnSize
-		case l%churnEvery == churnHold && churned != "":
-			var del []autoscaling.Node
-			views, _ := core.Nodes(churned)
-			for _, v := range views {
-				if !churnedOld[v.ProviderID] {
-					del = append(del, autoscaling.Node{ProviderID: v.ProviderID})
-				}
-			}
-			if err := core.DeleteNodes(churned, del); err != nil {
-				return r, err
-			}
-			if err := waitInstances(f, c.instances); err != nil {
-				return r, err
-			}
-			r.deletes += len(del)
-		}
+	churn, err := cahour.Hour{Core: core, Length: c.hour, Advance: clk.Advance, Machines: c.instances,
+		Wait: func(n int) error { return waitInstances(f, n) }}.Run(ctx)
+	if err != nil {
+		return r, err
 	}
+	r.creates, r.deletes = churn.Creates, churn.Deletes
 	reqs := f.Requests()
 	r.requests = len(reqs)
 	r.byEndpoint = map[string]int{}

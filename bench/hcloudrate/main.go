@@ -27,6 +27,7 @@ import (
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/bench/cahour"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
@@ -36,11 +37,11 @@ import (
 const Budget = 3600
 
 const (
-	loop       = 10 * time.Second // CA's --scan-interval
-	churnEvery = 30               // loops between scale-ups (5 min)
-	churnSize  = 5
-	churnHold  = 6 // loops a churned group stays up (1 min)
-	targetRPCs = 3 // TargetSize calls per group per loop
+	loop       = cahour.Loop
+	churnEvery = cahour.ChurnEvery
+	churnSize  = cahour.ChurnSize
+	churnHold  = cahour.ChurnHold
+	targetRPCs = cahour.TargetRPCs
 )
 
 type config struct {
@@ -161,71 +162,12 @@ func runOurs(c config, ttl time.Duration) (result, error) {
 
 	r := result{name: fmt.Sprintf("prebake, refreshInterval %v", ttl)}
 	before := snapshot(f)
-	var churned string
-	var churnedOld map[string]bool
-	loops := int(c.hour / loop)
-	for l := range loops {
-		clk.Advance(loop)
-		// Refresh: a read; it only kicks a re-list when the TTL has passed.
-		// Sync(false) runs that re-list here, so the count does not depend
-		// on goroutine timing.
-		_ = core.Refresh(ctx)
-		core.Sync(ctx, false)
-		nodes := 0
-		for _, g := range core.NodeGroups() {
-			for range targetRPCs {
-				if _, err := core.TargetSize(g.ID); err != nil {
-					return r, err
-				}
-			}
-			views, err := core.Nodes(g.ID)
-			if err != nil {
-				return r, err
-			}
-			for _, v := range views {
-				core.NodeGroupForNode(autoscaling.Node{ProviderID: v.ProviderID})
-				nodes++
-			}
-			if len(views) == 0 {
-				if _, err := core.TemplateNode(g.ID); err != nil {
-					return r, err
-				}
-			}
-		}
-		switch {
-		case l%churnEvery == 0:
-			churned = groupID((l / churnEvery) % c.groups)
-			churnedOld = map[string]bool{}
-			views, _ := core.Nodes(churned)
-			for _, v := range views {
-				churnedOld[v.ProviderID] = true
-			}
-			if err := core.IncreaseSize(churned, churnSize); err != nil {
-				return r, err
-			}
-			if err := waitServers(f, c.servers+churnSize); err != nil {
-				return r, err
-			}
-			r.creates += churnSize
-		case l%churnEvery == churnHold && churned != "":
-			// The instances the scale-up added, by their real ids (the
-			// core has listed them since).
-			var del []autoscaling.Node
-			views, _ := core.Nodes(churned)
-			for _, v := range views {
-				if !churnedOld[v.ProviderID] {
-					del = append(del, autoscaling.Node{ProviderID: v.ProviderID})
-				}
-			}
-			if err := core.DeleteNodes(churned, del); err != nil {
-				return r, err
-			}
-			if err := waitServers(f, c.servers); err != nil {
-				return r, err
-			}
-			r.deletes += len(del)
-		}
+	churn, err := cahour.Hour{Core: core, Length: c.hour, Advance: clk.Advance, Machines: c.servers,
+		Wait: func(n int) error { return waitServers(f, n) }}.Run(ctx)
+	if err != nil {
+		return r, err
 	}
+	r.creates, r.deletes = churn.Creates, churn.Deletes
 	after := snapshot(f)
 	r.requests, r.lists = after.total-before.total, after.lists-before.lists
 	return r, nil
