@@ -6,7 +6,6 @@ package imagecatalog_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -116,89 +115,36 @@ func TestAcceptanceScenarioGceFake(t *testing.T) {
 		name := map[bool]string{false: "no live instance", true: "live instance on C"}[liveOnC]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			gc := newGceCloud(t)
 			api := gc.provider.ImageCatalog()
-			var c imagecatalog.Catalog
-			ids := map[string]string{} // letter → image name
-			letter := map[string]string{}
-			for _, l := range []string{"A", "B", "C", "D", "E"} {
-				var id string
-				c, id = gc.publish(t, ctx, c)
-				ids[l], letter[id] = id, l
-			}
-			now := gc.clock.Now()
-			var err error
-			for _, l := range []string{"A", "B", "C"} {
-				if c, _, err = imagecatalog.Promote(c, imagecatalog.ChannelStable, ids[l], now); err != nil {
-					t.Fatal(err)
-				}
-			}
-			key := imagecatalog.Key{OS: "ubuntu-2404", K8sMinor: "1.34", Arch: "amd64", Provider: "gce"}
-			if c, err = imagecatalog.Rollback(c, imagecatalog.ChannelStable, key, "canary join failed", now); err != nil {
-				t.Fatal(err)
-			}
-			if c, _, err = imagecatalog.Promote(c, imagecatalog.ChannelCandidate, ids["D"], now); err != nil {
-				t.Fatal(err)
-			}
-			if liveOnC {
-				gc.insert(t, ctx, "node-1", "projects/"+gc.fake.Project()+"/global/images/"+ids["C"],
-					gce.ToGCE(map[string]string{"prebake.dev/cluster": "test", "prebake.dev/image": ids["C"]}))
-			}
+			s := runGCScenario(t, scenarioCloud{provider: "gce", api: api, lister: api, now: gc.clock.Now, publish: gc.publish,
+				bootFrom: func(t *testing.T, ctx context.Context, id string) {
+					gc.insert(t, ctx, "node-1", "projects/"+gc.fake.Project()+"/global/images/"+id,
+						gce.ToGCE(map[string]string{"prebake.dev/cluster": "test", "prebake.dev/image": id}))
+				}}, liveOnC)
 
-			c, plan, err := imagecatalog.GC(ctx, api, api, c, imagecatalog.GCOptions{KeepHistory: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantKept, wantGone := []string{"A", "B", "D"}, []string{"C", "E"}
-			if liveOnC {
-				wantKept, wantGone = []string{"A", "B", "C", "D"}, []string{"E"}
-			}
-			var deleted []string
-			for _, id := range plan.Delete {
-				deleted = append(deleted, letter[id])
-			}
-			if d := cmp.Diff(wantGone, deleted); d != "" {
-				t.Errorf("deleted (-want +got):\n%s", d)
-			}
-
-			// The cloud agrees: the kept images are there, found by their
-			// labels mapped to GCE keys and back. GCE images have no delete
-			// protection, so none is reported protected.
+			// The labels went to GCE keys and back; GCE images have no
+			// delete protection, so none is reported protected; the fake
+			// holds exactly what gc kept.
+			ctx := context.Background()
 			cloud, err := api.ListImages(ctx, map[string]string{imagecatalog.LabelOS: "ubuntu-2404"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			var inCloud []string
 			for _, im := range cloud {
-				inCloud = append(inCloud, letter[im.ID])
 				if im.Protected || im.Labels[imagecatalog.LabelName] != im.ID {
 					t.Errorf("image %s: protected %v, labels %v", im.ID, im.Protected, im.Labels)
 				}
 			}
-			slices.Sort(inCloud)
-			if d := cmp.Diff(wantKept, inCloud); d != "" {
-				t.Errorf("images left in the cloud (-want +got):\n%s", d)
-			}
 			var inFake []string
 			for _, im := range gc.fake.Images() {
-				inFake = append(inFake, letter[im.Name])
+				inFake = append(inFake, s.letter[im.Name])
 			}
-			if d := cmp.Diff(wantKept, inFake); d != "" {
+			if d := cmp.Diff(s.wantKept, inFake); d != "" {
 				t.Errorf("images in the fake (-want +got):\n%s", d)
 			}
-			var inCatalog []string
-			for _, im := range c.Images {
-				inCatalog = append(inCatalog, letter[im.ID])
-			}
-			if d := cmp.Diff(wantKept, inCatalog); d != "" {
-				t.Errorf("images left in the catalog (-want +got):\n%s", d)
-			}
-			if got, err := imagecatalog.Resolve(c, imagecatalog.Query{Channel: imagecatalog.ChannelStable, Key: key}); err != nil || got != ids["B"] {
-				t.Errorf("resolve stable after gc = %s, %v; want B (%s)", letter[got], err, ids["B"])
-			}
 			// Deleting what gc deleted again is not an error.
-			if err := api.DeleteImage(ctx, ids["E"]); err != nil {
+			if err := api.DeleteImage(ctx, s.ids["E"]); err != nil {
 				t.Errorf("deleting a deleted image: %v", err)
 			}
 		})
