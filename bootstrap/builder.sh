@@ -167,9 +167,10 @@ hygiene() { # check function
 }
 
 builder_report() {
-	# The install step's own status says whether it finished.
+	# The install step's own status says whether it finished: its top-level result, which
+	# write_status puts before the first list (the phases have results of their own).
 	status=failed
-	if grep -q '"result":"ok"' "$PREBAKE_STATUS" 2>/dev/null; then status=done; fi
+	if [ "$(sed -n 's/^[^[]*"result":"\([a-z]*\)".*/\1/p' "$PREBAKE_STATUS" 2>/dev/null)" = ok ]; then status=done; fi
 	OBSERVED=""
 	component() { observe_component "$@"; }
 	prebake_components

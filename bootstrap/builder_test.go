@@ -217,7 +217,7 @@ esac
 	ctr := filepath.Join(dir, "bin", "ctr")
 	write(ctr, "#!/bin/sh\necho replaced\n")
 	replaced := sha256.Sum256([]byte("#!/bin/sh\necho replaced\n"))
-	write(filepath.Join(dir, "status.json"), `{"version":1,"result":"ok"}`)
+	write(filepath.Join(dir, "status.json"), `{"version":1,"provider":"gce","node":"prebake-builder","result":"ok","prebaked":false,"installed":["containerd"],"alreadyPresent":[],"totalMs":9,"phases":[{"name":"install","ms":8,"result":"ok","detail":""}],"error":""}`)
 
 	in := BuilderInput{Provider: "gce", Components: []Component{
 		{Name: "containerd", Version: "1.6.20~ds1-1+b1"},
@@ -275,7 +275,8 @@ esac
 	}
 
 	// An install that did not finish is reported as failed.
-	write(filepath.Join(dir, "status.json"), `{"version":1,"result":"failed"}`)
+	// The phases before the failed one have results of their own: the top-level one counts.
+	write(filepath.Join(dir, "status.json"), `{"version":1,"provider":"gce","node":"prebake-builder","result":"failed","prebaked":false,"installed":[],"alreadyPresent":[],"totalMs":9,"phases":[{"name":"manifest","ms":1,"result":"ok","detail":""},{"name":"install","ms":8,"result":"failed","detail":""}],"error":"install: apt"}`)
 	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
 		t.Fatalf("report step: %v\n%s", err, out)
 	}
