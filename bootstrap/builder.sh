@@ -201,10 +201,16 @@ cleanup) builder_cleanup </dev/null ;;
 report) builder_report </dev/null ;;
 all)
 	# Standalone (`sh -s` over SSH): all three steps; a failed install is reported, not fatal.
+	# The subshell is not on the left of || because set -e is ignored there.
+	set +e
 	(
+		set -e
 		trap on_exit EXIT
 		builder_install
-	) </dev/null || echo "prebake-builder: the install step failed; cleaning up and reporting anyway" >&2
+	) </dev/null
+	rc=$?
+	set -e
+	if [ "$rc" != 0 ]; then echo "prebake-builder: the install step failed; cleaning up and reporting anyway" >&2; fi
 	builder_cleanup </dev/null
 	builder_report </dev/null
 	;;

@@ -305,9 +305,9 @@ func TestParseBuildReport(t *testing.T) {
 	}
 }
 
-// FuzzRenderBuilder feeds odd versions, packages and kernel settings to RenderBuilder.
+// FuzzBuilder feeds odd versions, packages and kernel settings to RenderBuilder.
 // Whatever it accepts passes sh -n, and the shell sees the version and package exactly.
-func FuzzRenderBuilder(f *testing.F) {
+func FuzzBuilder(f *testing.F) {
 	f.Add("1.6.20~ds1-1+b1", "containerd", "net.ipv4.ip_forward", "1")
 	f.Add("1:9.2.1-3", "kubernetes-client", "kernel.pid_max", "4194304")
 	f.Add("v1'$(x)`y`", "a b", "k", "1; reboot")

@@ -349,7 +349,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	if sb.run.err != nil {
 		t.Fatalf("the sandbox builder broke: %v\nuser-data output:\n%s", sb.run.err, rootfstest.Tail(sb.run.out))
 	}
-	t.Logf("sandbox build: %.1f s in Build; the builder's user-data (runtime install) %.1f s, its cleanup and report steps %.1f s; user-data result %s",
+	t.Logf("sandbox build: %.1f s in Build; the builder's install step (runtime install) %.1f s, its cleanup and report steps %.1f s; install result %s",
 		elapsed.Seconds(), sb.run.install.Seconds(), sb.run.report.Seconds(), sb.run.status)
 	return sb
 }
@@ -426,7 +426,7 @@ func TestBuildObservesTheSandbox(t *testing.T) {
 	for _, n := range slices.Sorted(maps.Keys(im.Manifest.Components)) {
 		fmt.Fprintf(&b, "| %s | %s |\n", n, im.Manifest.Components[n])
 	}
-	fmt.Fprintf(&b, "\nsandbox build: user-data (runtime install) %.1f s, cleanup and report %.1f s, kubelet/kubeadm %s\n",
+	fmt.Fprintf(&b, "\nsandbox build: install step (runtime install) %.1f s, cleanup and report %.1f s, kubelet/kubeadm %s\n",
 		run.install.Seconds(), run.report.Seconds(), cluster.KubernetesVersion)
 	t.Log(b.String())
 }
@@ -500,7 +500,7 @@ func TestBuildRejectsAVersionAptCannotGive(t *testing.T) {
 		}
 	}, sandboxHooks{})
 	if sb.run.status != "failed" {
-		t.Errorf("the user-data result is %q, want failed:\n%s", sb.run.status, rootfstest.Tail(sb.run.out))
+		t.Errorf("the install step result is %q, want failed:\n%s", sb.run.status, rootfstest.Tail(sb.run.out))
 	}
 	var ve *imagecatalog.VerifyError
 	if !errors.As(sb.err, &ve) {
