@@ -35,7 +35,7 @@ builder_install() {
 	run_phase install phase_install
 	run_phase configure phase_configure
 	run_phase record builder_phase_record
-	PHASE=done
+	PHASE="done"
 	RESULT=ok
 	write_status
 }
@@ -170,7 +170,7 @@ builder_report() {
 	# The install step's own status says whether it finished: its top-level result, which
 	# write_status puts before the first list (the phases have results of their own).
 	status=failed
-	if [ "$(sed -n 's/^[^[]*"result":"\([a-z]*\)".*/\1/p' "$PREBAKE_STATUS" 2>/dev/null)" = ok ]; then status=done; fi
+	if [ "$(sed -n 's/^[^[]*"result":"\([a-z]*\)".*/\1/p' "$PREBAKE_STATUS" 2>/dev/null)" = ok ]; then status="done"; fi
 	OBSERVED=""
 	component() { observe_component "$@"; }
 	prebake_components
