@@ -83,6 +83,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
 	$(GO) test -run '^$$' -fuzz FuzzParseName -fuzztime 20s ./imagecatalog/
 	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime 20s ./bootstrap/
+	$(GO) test -run '^$$' -fuzz FuzzBuilder -fuzztime 20s ./bootstrap/
 
 clean:
 	rm -rf bin e2e/out

@@ -11,6 +11,11 @@
 //     TTL ≤ MaxTokenTTL, labelled ManagedByLabel=prebake); Tokens.CleanupExpired deletes the
 //     expired ones it made and no others; Tokens.Delete revokes one after its node joined.
 //   - ParseStatus reads the status file the script writes (DefaultStatusPath).
+//   - RenderBuilder(BuilderInput) (UserData, error): an image builder's user-data. The same
+//     prelude and node.sh's functions, then builder.sh: runcmd runs its steps install (no
+//     join), cleanup (host keys, machine-id, cloud-init state, apt caches, logs) and report,
+//     which observes the image and writes BuildReport (imagecatalog.Report's JSON) to
+//     BuildReportPath. It holds no secret. ParseBuildReport reads that file.
 //
 // The script (node.sh after a generated prelude), in order: reads ManifestPath if present;
 // plans (an apt component is present when dpkg has exactly its version, a binary when the
@@ -30,6 +35,8 @@
 //     a YAML encoder. Inputs are validated first, so labels, taints and versions that would
 //     change a file's meaning (a comma in a label value, a range as a version) are errors.
 //   - A second run of the script changes nothing but the status file.
-//   - The package imports no other prebake package; Manifest repeats imagecatalog.Manifest's
-//     JSON shape.
+//   - The package imports no other prebake package; Manifest and BuildReport repeat
+//     imagecatalog.Manifest's and imagecatalog.Report's JSON shapes.
+//   - The builder's report observes (dpkg-query, --version, sha256, the files): the requested
+//     versions only say where to look, never what is reported.
 package bootstrap

@@ -195,6 +195,17 @@ func (in Input) validate() (Input, error) {
 			bad("taints[%d]: effect %q: want one of %s", i, t.Effect, strings.Join(taintEffects, ", "))
 		}
 	}
+	in = in.validateInstall(bad)
+	if len(errs) > 0 {
+		return in, fmt.Errorf("bootstrap input: %w", errors.Join(errs...))
+	}
+	return in, nil
+}
+
+// validateInstall checks what the install part of the script depends on (provider aside):
+// components, kernel settings and options. Render and RenderBuilder share it; it returns in
+// with defaults filled in and reports each problem through bad.
+func (in Input) validateInstall(bad func(format string, args ...any)) Input {
 	seen := map[string]bool{}
 	for i, c := range in.Components {
 		where := fmt.Sprintf("components[%d] (%s)", i, c.Name)
@@ -256,8 +267,5 @@ func (in Input) validate() (Input, error) {
 	if !binaryPath.MatchString(in.Options.StatusPath) {
 		bad("options.statusPath %q: want an absolute path", in.Options.StatusPath)
 	}
-	if len(errs) > 0 {
-		return in, fmt.Errorf("bootstrap input: %w", errors.Join(errs...))
-	}
-	return in, nil
+	return in
 }

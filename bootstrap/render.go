@@ -62,10 +62,28 @@ func boolFlag(b bool) string {
 
 // renderScript is the generated prelude (values, quoted) followed by node.sh (logic, fixed).
 func renderScript(in Input) ([]byte, error) {
-	var b strings.Builder
-	b.WriteString("#!/bin/sh\n")
-	fmt.Fprintf(&b, "# prebake node bootstrap for %s node %s. It holds a join token: do not log or share it.\n",
+	configure, err := configureFiles(in)
+	if err != nil {
+		return nil, err
+	}
+	kubelet, err := kubeletFiles(in)
+	if err != nil {
+		return nil, err
+	}
+	header := fmt.Sprintf("prebake node bootstrap for %s node %s. It holds a join token: do not log or share it.",
 		in.Provider, in.NodeName)
+	var b strings.Builder
+	writePrelude(&b, header, in, configure, kubelet)
+	b.WriteString(nodeScript)
+	return []byte(b.String()), nil
+}
+
+// writePrelude writes the shell header, the quoted values and the generated functions that
+// node.sh (and builder.sh after it) call: prebake_components, prebake_configure_files and
+// prebake_kubelet_files.
+func writePrelude(b *strings.Builder, header string, in Input, configure, kubelet []file) {
+	b.WriteString("#!/bin/sh\n")
+	fmt.Fprintf(b, "# %s\n", header)
 	vars := []struct{ name, value string }{
 		{"PREBAKE_PROVIDER", in.Provider},
 		{"PREBAKE_NODE", in.NodeName},
@@ -81,7 +99,7 @@ func renderScript(in Input) ([]byte, error) {
 		{"PREBAKE_MODULES_JSON", mustJSON(in.Modules)},
 	}
 	for _, v := range vars {
-		fmt.Fprintf(&b, "%s=%s\n", v.name, shQuote(v.value))
+		fmt.Fprintf(b, "%s=%s\n", v.name, shQuote(v.value))
 	}
 
 	b.WriteString("\nprebake_components() {\n")
@@ -90,24 +108,14 @@ func renderScript(in Input) ([]byte, error) {
 		if c.Binary() {
 			kind = "bin"
 		}
-		fmt.Fprintf(&b, "\tcomponent %s %s %s %s %s %s %s\n", kind, shQuote(c.Name), shQuote(c.Version),
+		fmt.Fprintf(b, "\tcomponent %s %s %s %s %s %s %s\n", kind, shQuote(c.Name), shQuote(c.Version),
 			shQuote(c.aptPackage()), shQuote(c.URL), shQuote(c.SHA256), shQuote(c.Path))
 	}
 	b.WriteString("\t:\n}\n")
 
-	configure, err := configureFiles(in)
-	if err != nil {
-		return nil, err
-	}
-	writeFileFunc(&b, "prebake_configure_files", configure)
-	kubelet, err := kubeletFiles(in)
-	if err != nil {
-		return nil, err
-	}
-	writeFileFunc(&b, "prebake_kubelet_files", kubelet)
+	writeFileFunc(b, "prebake_configure_files", configure)
+	writeFileFunc(b, "prebake_kubelet_files", kubelet)
 	b.WriteString("\n")
-	b.WriteString(nodeScript)
-	return []byte(b.String()), nil
 }
 
 // file is one file the script puts on the node; action names the host command that applies
@@ -290,10 +298,13 @@ type writeFile struct {
 }
 
 func renderCloudConfig(script []byte) ([]byte, error) {
-	cc := cloudConfig{
+	return marshalCloudConfig(cloudConfig{
 		WriteFiles: []writeFile{{Path: ScriptPath, Owner: "root:root", Permissions: "0700", Content: string(script)}},
 		RunCmd:     [][]string{{"sh", ScriptPath}},
-	}
+	})
+}
+
+func marshalCloudConfig(cc cloudConfig) ([]byte, error) {
 	body, err := yaml.Marshal(cc)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap: marshal cloud-config: %w", err)

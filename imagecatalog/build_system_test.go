@@ -3,9 +3,9 @@
 package imagecatalog_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -37,13 +37,6 @@ var sandboxApt = map[string]string{
 	"ebtables": "ebtables", "ethtool": "ethtool", "iptables": "iptables", "open-iscsi": "open-iscsi",
 	"nfs-common": "nfs-common", "wireguard": "wireguard-tools", "kubectl": "kubernetes-client",
 	"kubernetes-cni": "containernetworking-plugins",
-}
-
-// versionCommands are how the report step asks a binary for its version; the last word of
-// the output is the version. Binaries not listed here are identified by their sha256.
-var versionCommands = map[string][]string{
-	"kubelet": {"kubelet", "--version"},              // "Kubernetes v1.35.4"
-	"kubeadm": {"kubeadm", "version", "-o", "short"}, // "v1.35.4"
 }
 
 // crictlStandIn is cri-tools: no crictl build is hermetic (the Go module proxy does not serve
@@ -83,21 +76,19 @@ func sandboxRecipe(t *testing.T, root string) []bootstrap.Component {
 	return comps
 }
 
-// builderUserData is what `prebake images build` boots the builder with: bootstrap's
-// runtime-install cloud-config for the recipe, without a join (a builder is no node). The
-// chroot cannot run systemctl, sysctl or modprobe against the host, so those are recorded.
+// builderUserData is what `prebake images build` boots the builder with when the recipe
+// names no userDataFile: bootstrap's builder user-data for the recipe (install, cleanup,
+// report), the shipped script. The chroot cannot run systemctl, sysctl or modprobe against
+// the host, so those are recorded.
 func builderUserData(t *testing.T, comps []bootstrap.Component) []byte {
 	t.Helper()
-	ud, err := bootstrap.Render(bootstrap.Input{
-		Provider:   "hcloud",
-		Cluster:    bootstrap.Cluster{APIServerEndpoint: "127.0.0.1:6443", CACertHashes: []string{"sha256:" + strings.Repeat("0", 64)}},
-		JoinToken:  "abcdef.0123456789abcdef",
-		NodeName:   "prebake-builder",
-		ProviderID: "hcloud://0",
-		Components: comps,
-		Sysctls:    maps.Clone(imagecatalog.DefaultSysctls),
-		Modules:    slices.Clone(imagecatalog.DefaultModules),
-		Options:    bootstrap.Options{RecordHostCommands: true, SkipJoin: true, DpkgLockWait: time.Minute},
+	ud, err := bootstrap.RenderBuilder(bootstrap.BuilderInput{
+		Provider:           "hcloud",
+		Components:         comps,
+		Sysctls:            maps.Clone(imagecatalog.DefaultSysctls),
+		Modules:            slices.Clone(imagecatalog.DefaultModules),
+		DpkgLockWait:       time.Minute,
+		RecordHostCommands: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -105,120 +96,34 @@ func builderUserData(t *testing.T, comps []bootstrap.Component) []byte {
 	return ud.CloudConfig
 }
 
-// cleanupScript is what every builder does last before the snapshot: what first boot made
-// (host keys, machine id, cloud-init's instance state) must be made again on every node, and
-// the package caches are dead weight.
-const cleanupScript = `set -eu
-rm -f /etc/ssh/ssh_host_*
-if [ -e /etc/machine-id ]; then : >/etc/machine-id; fi
-rm -rf /var/lib/cloud/instance /var/lib/cloud/instances /var/lib/cloud/data/instance-id
-apt-get clean
-rm -rf /var/lib/apt/lists/*
-`
-
-// reportScript is the builder's report step, after the cleanup, as a shell script run inside
-// the image: one observed fact a line. Versions come from dpkg and the binaries, never from
-// the recipe: the recipe only says where to look (a package name, a path) and, for binaries
-// without a version command, which sha256 is which release.
-func reportScript(comps []bootstrap.Component) string {
-	var b strings.Builder
-	b.WriteString(`set -u
-apt_version() { # component package
-	v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$2" 2>/dev/null) || v=
-	case "$v" in "installed "*) echo "component $1 ${v#installed }" ;; *) echo "component $1" ;; esac
-}
-sha_version() { # component path sha256 version
-	if [ ! -f "$2" ]; then echo "component $1"; return; fi
-	got=$(sha256sum "$2" | cut -d' ' -f1)
-	if [ "$got" = "$3" ]; then echo "component $1 $4"; else echo "component $1 sha256-$(echo "$got" | cut -c1-12)"; fi
-}
-cmd_version() { # component command...
-	c=$1; shift
-	if out=$("$@" 2>/dev/null); then echo "component $c ${out##* }"; else echo "component $c"; fi
-}
-`)
-	for _, c := range comps {
-		switch {
-		case !c.Binary():
-			pkg := c.Package
-			if pkg == "" {
-				pkg = c.Name
-			}
-			fmt.Fprintf(&b, "apt_version %s %s\n", shellQuote(c.Name), shellQuote(pkg))
-		case versionCommands[c.Name] != nil:
-			argv := slices.Clone(versionCommands[c.Name])
-			argv[0] = c.Path
-			var q []string
-			for _, a := range argv {
-				q = append(q, shellQuote(a))
-			}
-			fmt.Fprintf(&b, "cmd_version %s %s\n", shellQuote(c.Name), strings.Join(q, " "))
-		default:
-			fmt.Fprintf(&b, "sha_version %s %s %s %s\n", shellQuote(c.Name), shellQuote(c.Path), shellQuote(c.SHA256), shellQuote(c.Version))
-		}
+// readBuildReport reads the report the builder's report step wrote in the image, strictly:
+// its JSON is imagecatalog.Report's, field for field.
+func readBuildReport(root string) (imagecatalog.Report, error) {
+	var r imagecatalog.Report
+	data, err := os.ReadFile(filepath.Join(root, strings.TrimPrefix(bootstrap.BuildReportPath, "/")))
+	if err != nil {
+		return r, fmt.Errorf("the report step wrote no report: %w", err)
 	}
-	b.WriteString(`
-# Kernel settings as the image will apply them at boot.
-cat /etc/sysctl.d/*.conf 2>/dev/null | sed -n 's/^[[:space:]]*\([a-z0-9_.-]*\)[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/sysctl \1 \2/p'
-cat /etc/modules-load.d/*.conf 2>/dev/null | sed -n 's/^[[:space:]]*\([a-z0-9_-][a-z0-9_-]*\)[[:space:]]*$/module \1/p'
-
-# unattended-upgrades: apt's periodic run is off, and the service is masked or absent.
-uu=1
-eval "$(apt-config shell UU APT::Periodic::Unattended-Upgrade)"
-if [ "${UU:-1}" != 0 ]; then uu=0; fi
-if dpkg-query -W -f='${db:Status-Status}' unattended-upgrades 2>/dev/null | grep -q installed &&
-	[ "$(readlink /etc/systemd/system/unattended-upgrades.service)" != /dev/null ]; then uu=0; fi
-if [ $uu = 1 ]; then echo "unattended-upgrades disabled"; else echo "unattended-upgrades enabled"; fi
-
-check() { if [ "$2" = 0 ]; then echo "hygiene $1 pass"; else echo "hygiene $1 fail"; fi; }
-set -- /etc/ssh/ssh_host_*; [ -e "$1" ]; check ssh-host-keys $((1 - $?))
-if [ ! -s /etc/machine-id ] || [ "$(cat /etc/machine-id)" = uninitialized ]; then check machine-id 0; else check machine-id 1; fi
-if [ -e /var/lib/cloud/instance ] || [ -e /var/lib/cloud/instances ] || [ -e /var/lib/cloud/data/instance-id ]; then check cloud-init-state 1; else check cloud-init-state 0; fi
-left=$(find /var/cache/apt/archives -name '*.deb' | head -n1; find /var/lib/apt/lists -type f ! -name lock | head -n1)
-if [ -z "$left" ]; then check apt-cache 0; else check apt-cache 1; fi
-`)
-	return b.String()
-}
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// parseReport reads the report script's lines into a Report of the given status.
-func parseReport(status string, out []byte) (imagecatalog.Report, error) {
-	r := imagecatalog.Report{Status: status, Hygiene: map[string]bool{},
-		Observed: imagecatalog.Manifest{Components: map[string]string{}, Sysctls: map[string]string{}}}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		switch {
-		case len(f) == 3 && f[0] == "component":
-			r.Observed.Components[f[1]] = f[2]
-		case len(f) == 2 && f[0] == "component":
-			// not installed: absent from the observed manifest
-		case len(f) == 3 && f[0] == "sysctl":
-			r.Observed.Sysctls[f[1]] = f[2]
-		case len(f) == 2 && f[0] == "module":
-			r.Observed.Modules = append(r.Observed.Modules, f[1])
-		case len(f) == 2 && f[0] == "unattended-upgrades":
-			r.Observed.UnattendedUpgradesDisabled = f[1] == "disabled"
-		case len(f) == 3 && f[0] == "hygiene":
-			r.Hygiene[f[1]] = f[2] == "pass"
-		default:
-			return r, fmt.Errorf("report step: unexpected line %q", sc.Text())
-		}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("report %s: %w\n%s", bootstrap.BuildReportPath, err, data)
 	}
-	return r, sc.Err()
+	return r, nil
 }
 
 // sandboxAgent is the provider, plus a builder VM played by a real Debian root filesystem:
-// when a builder boots, the agent takes the user-data the fake received, does what
-// cloud-init would (write_files, then runcmd) in a chroot, runs the report step there, and
-// labels the server with the report through the real API, where Build reads it. It works in
+// when a builder boots, the agent takes the user-data the fake received and does what
+// cloud-init would (write_files, then each runcmd entry, going on after a failed one) in a
+// chroot. The user-data is bootstrap's builder script, so its install, cleanup and report
+// steps are the shipped code. The agent keeps only the transport role: it reads the report
+// file the script wrote and labels the server with it through the real API, where Build
+// reads it (docs/images.md: on a real builder that transport is still open). It works in
 // the background, as a VM does, while Build polls.
 type sandboxAgent struct {
 	*hcloud.Provider
 	cloud buildCloud
 	root  string
-	comps []bootstrap.Component
 	hooks sandboxHooks
 	// cancel ends the Build when the sandbox itself breaks, so it does not wait out its
 	// timeout for a report that will never come.
@@ -228,8 +133,8 @@ type sandboxAgent struct {
 	done   chan sandboxRun
 }
 
-// sandboxHooks change the builder's filesystem between its steps, as a broken script or a
-// stray process would.
+// sandboxHooks change the builder's filesystem between its steps (after the runcmd entry of
+// the install step, after the cleanup step's), as a broken script or a stray process would.
 type sandboxHooks struct {
 	afterInstall, afterCleanup func(root string) error
 }
@@ -237,7 +142,7 @@ type sandboxHooks struct {
 // sandboxRun is what the builder VM did.
 type sandboxRun struct {
 	install, report time.Duration
-	status          string // of the user-data run: done or failed
+	status          string // of the install step: done or failed
 	out             []byte // the user-data's output
 	labels          map[string]string
 	err             error // the sandbox itself broke (not the user-data)
@@ -310,45 +215,54 @@ func (a *sandboxAgent) run(ctx context.Context, id, userData string) (res sandbo
 			return res
 		}
 	}
-	res.status = "done"
+	// runcmd: bootstrap's builder runs one step per entry (bootstrap.BuilderSteps); the hooks
+	// run between them. cloud-init goes on after a failed entry.
+	var steps []string
 	for _, argv := range cc.RunCmd {
+		if len(argv) == 0 {
+			res.err = fmt.Errorf("builder %s: an empty runcmd entry", id)
+			return res
+		}
+		step := argv[len(argv)-1]
+		steps = append(steps, step)
+		if step == "cleanup" {
+			res.install = time.Since(began)
+			began = time.Now()
+		}
 		out, err := rootfstest.Cmd(a.root, nil, argv...).CombinedOutput()
 		res.out = append(res.out, out...)
-		if err != nil {
-			// cloud-init goes on to the report, which says "failed".
-			res.status = "failed"
-		}
-	}
-	res.install = time.Since(began)
-	if h := a.hooks.afterInstall; h != nil {
-		if res.err = h(a.root); res.err != nil {
+		switch {
+		case step == "install":
+			res.status = map[bool]string{true: "done", false: "failed"}[err == nil]
+			if h := a.hooks.afterInstall; h != nil {
+				if res.err = h(a.root); res.err != nil {
+					return res
+				}
+			}
+		case err != nil:
+			// The cleanup and report steps end well whatever they find: a failure is the
+			// shipped script's own bug.
+			res.err = fmt.Errorf("builder step %q: %w\n%s", step, err, out)
 			return res
+		case step == "cleanup":
+			if h := a.hooks.afterCleanup; h != nil {
+				if res.err = h(a.root); res.err != nil {
+					return res
+				}
+			}
 		}
 	}
-
-	// The builder's last steps: cleanup, then the report. Their scripts live outside the
-	// image (in /run, a tmpfs of the chroot's private mount namespace), so the snapshot does
-	// not carry them.
-	began = time.Now()
-	if out, err := rootfstest.Cmd(a.root, nil, "sh", "-c", cleanupScript).CombinedOutput(); err != nil {
-		res.err = fmt.Errorf("cleanup step: %w\n%s", err, out)
+	if d := cmp.Diff(bootstrap.BuilderSteps, steps); d != "" {
+		res.err = fmt.Errorf("builder runcmd steps (-bootstrap.BuilderSteps +user-data):\n%s", d)
 		return res
 	}
-	if h := a.hooks.afterCleanup; h != nil {
-		if res.err = h(a.root); res.err != nil {
-			return res
-		}
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := rootfstest.Cmd(a.root, nil, "sh", "-c", reportScript(a.comps))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		res.err = fmt.Errorf("report step: %w\n%s", err, stderr.Bytes())
-		return res
-	}
-	report, err := parseReport(res.status, stdout.Bytes())
+	report, err := readBuildReport(a.root)
 	if err != nil {
-		res.err = fmt.Errorf("%w\nstderr: %s", err, stderr.Bytes())
+		res.err = err
+		return res
+	}
+	if report.Status != res.status {
+		res.err = fmt.Errorf("the report says %q, but the install step ended %s", report.Status, res.status)
 		return res
 	}
 	res.report = time.Since(began)
@@ -356,7 +270,8 @@ func (a *sandboxAgent) run(ctx context.Context, id, userData string) (res sandbo
 		return res
 	}
 
-	// The builder labels its own server, as the real report step does with its API token.
+	// The transport: the agent labels the builder's server with the report. A real builder
+	// has no token to do this (docs/images.md, "What is left").
 	n, _ := strconv.ParseInt(id, 10, 64)
 	srv, _, err := a.cloud.agent.Server.GetByID(ctx, n)
 	if err != nil || srv == nil {
@@ -418,7 +333,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	cloud := newBuildCloud(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	agent := &sandboxAgent{Provider: cloud.p, cloud: cloud, root: root, comps: comps, hooks: hooks, cancel: cancel, done: make(chan sandboxRun, 1)}
+	agent := &sandboxAgent{Provider: cloud.p, cloud: cloud, root: root, hooks: hooks, cancel: cancel, done: make(chan sandboxRun, 1)}
 	sb := sandboxBuild{root: root, cloud: cloud, spec: sandboxSpec(comps, builderUserData(t, comps)),
 		store: imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}}
 	var progress bytes.Buffer
@@ -434,7 +349,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	if sb.run.err != nil {
 		t.Fatalf("the sandbox builder broke: %v\nuser-data output:\n%s", sb.run.err, rootfstest.Tail(sb.run.out))
 	}
-	t.Logf("sandbox build: %.1f s in Build; the builder's user-data (runtime install) %.1f s, its cleanup and report steps %.1f s; user-data result %s",
+	t.Logf("sandbox build: %.1f s in Build; the builder's install step (runtime install) %.1f s, its cleanup and report steps %.1f s; install result %s",
 		elapsed.Seconds(), sb.run.install.Seconds(), sb.run.report.Seconds(), sb.run.status)
 	return sb
 }
@@ -511,7 +426,7 @@ func TestBuildObservesTheSandbox(t *testing.T) {
 	for _, n := range slices.Sorted(maps.Keys(im.Manifest.Components)) {
 		fmt.Fprintf(&b, "| %s | %s |\n", n, im.Manifest.Components[n])
 	}
-	fmt.Fprintf(&b, "\nsandbox build: user-data (runtime install) %.1f s, cleanup and report %.1f s, kubelet/kubeadm %s\n",
+	fmt.Fprintf(&b, "\nsandbox build: install step (runtime install) %.1f s, cleanup and report %.1f s, kubelet/kubeadm %s\n",
 		run.install.Seconds(), run.report.Seconds(), cluster.KubernetesVersion)
 	t.Log(b.String())
 }
@@ -585,7 +500,7 @@ func TestBuildRejectsAVersionAptCannotGive(t *testing.T) {
 		}
 	}, sandboxHooks{})
 	if sb.run.status != "failed" {
-		t.Errorf("the user-data result is %q, want failed:\n%s", sb.run.status, rootfstest.Tail(sb.run.out))
+		t.Errorf("the install step result is %q, want failed:\n%s", sb.run.status, rootfstest.Tail(sb.run.out))
 	}
 	var ve *imagecatalog.VerifyError
 	if !errors.As(sb.err, &ve) {

@@ -39,8 +39,9 @@ type recipeImage struct {
 
 // LoadRecipe reads a recipe file strictly (unknown fields are errors) and
 // returns its build specs, each with its userDataFile read (a relative path
-// is relative to the recipe). Until bootstrap renders the runtime-install
-// user-data, the recipe names it as a file.
+// is relative to the recipe). An image without userDataFile gets no
+// UserData here: the caller renders bootstrap's builder user-data from its
+// components (cmd/prebake does; imagecatalog does not import bootstrap).
 func LoadRecipe(path string) ([]BuildSpec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -79,7 +80,7 @@ func LoadRecipe(path string) ([]BuildSpec, error) {
 		if err := n.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 		}
-		for field, val := range map[string]string{"provider": s.Provider, "baseImage": s.BaseImage, "machineType": s.MachineType, "userDataFile": ri.UserDataFile} {
+		for field, val := range map[string]string{"provider": s.Provider, "baseImage": s.BaseImage, "machineType": s.MachineType} {
 			if val == "" {
 				errs = append(errs, fmt.Errorf("%s.%s is required", where, field))
 			}

@@ -48,6 +48,14 @@ func TestLoadRecipe(t *testing.T) {
 	if s.Key() != (Key{OS: "ubuntu-2404", K8sMinor: "1.34", Arch: "amd64", Provider: "hcloud"}) || string(s.UserData) != "#!/bin/sh\n" || s.channel() != ChannelCandidate {
 		t.Errorf("spec = %+v (key %s)", s, s.Key())
 	}
+	// Without userDataFile the spec has no user-data yet: the CLI renders bootstrap's builder.
+	specs, err = LoadRecipe(writeRecipeFiles(t, recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "", 1))))
+	if err != nil || len(specs) != 1 {
+		t.Fatalf("recipe without userDataFile: %d specs, %v; want one", len(specs), err)
+	}
+	if specs[0].UserData != nil {
+		t.Errorf("recipe without userDataFile: user-data %q, want none (the CLI renders it)", specs[0].UserData)
+	}
 	// The user-data is an input: another script, another hash.
 	other := s
 	other.UserData = []byte("#!/bin/sh\necho changed\n")
@@ -59,7 +67,6 @@ func TestLoadRecipe(t *testing.T) {
 		"unknown field":   {recipeText(strings.Replace(goodImage, "arch: amd64", "arch: amd64\n    archh: x", 1)), "field archh not found"},
 		"bad version":     {recipeText(strings.Replace(goodImage, "1.34.2", "1.34", 1)), "images[0].kubernetes"},
 		"bad arch":        {recipeText(strings.Replace(goodImage, "amd64", "x86", 1)), "images[0]"},
-		"no user-data":    {recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "", 1)), "images[0].userDataFile is required"},
 		"missing file":    {recipeText(strings.Replace(goodImage, "b.sh", "nope.sh", 1)), "images[0].userDataFile"},
 		"inexact version": {strings.Replace(recipeText(goodImage), "kubelet: 1.0.0-1", "kubelet: latest", 1), `kubelet version "latest" is not exact`},
 		"missing package": {strings.Replace(recipeText(goodImage), "      socat: 1.0.0-1\n", "", 1), "components: socat missing"},

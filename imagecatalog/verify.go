@@ -7,15 +7,16 @@ import (
 )
 
 // Report is a builder's verification report: what it observed in the image
-// it built, and the hygiene checks.
+// it built, and the hygiene checks. Its JSON is the file bootstrap's builder
+// script writes (bootstrap.BuildReport, bootstrap.BuildReportPath).
 type Report struct {
 	// Status is "done", or "failed" when the builder's install failed.
-	Status string
+	Status string `json:"status"`
 	// Observed is the manifest as the builder found it installed
 	// (dpkg-query, --version), never the requested one.
-	Observed Manifest
+	Observed Manifest `json:"observed"`
 	// Hygiene maps each check in HygieneChecks to whether it passed.
-	Hygiene map[string]bool
+	Hygiene map[string]bool `json:"hygiene"`
 }
 
 // ReportLabels are the labels a builder writes on its own server. Tests use

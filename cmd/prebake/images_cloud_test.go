@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
 )
@@ -221,11 +223,21 @@ func mustInt(t *testing.T, s string) int64 {
 
 var aptPinRE = regexp.MustCompile(`([a-z0-9.+-]+)=([0-9A-Za-z.+~:_-]+)`)
 
+// builderComponentRE finds the components in bootstrap's builder script (its generated
+// prebake_components function), which the CLI renders when the recipe names no userDataFile.
+var builderComponentRE = regexp.MustCompile(`component apt '([a-z0-9.+-]+)' '([0-9A-Za-z.+~:_-]+)'`)
+
 // runBuilderAgent plays the builder VM until ctx ends: for each builder
 // server without a report, it reads the user-data the fake received,
 // "installs" what it pins and writes the report labels, as the builder's
 // report step does. tamper edits the report first.
 func runBuilderAgent(ctx context.Context, t *testing.T, cloud cliCloud, tamper func(*imagecatalog.Report)) {
+	runBuilderAgentSeeing(ctx, t, cloud, tamper, nil)
+}
+
+// runBuilderAgentSeeing is runBuilderAgent that also passes each builder's user-data to seen
+// before it reports.
+func runBuilderAgentSeeing(ctx context.Context, t *testing.T, cloud cliCloud, tamper func(*imagecatalog.Report), seen func(userData string)) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -236,7 +248,14 @@ func runBuilderAgent(ctx context.Context, t *testing.T, cloud cliCloud, tamper f
 			r := imagecatalog.Report{Status: "done", Hygiene: map[string]bool{}, Observed: imagecatalog.Manifest{
 				Components: map[string]string{}, Sysctls: maps.Clone(imagecatalog.DefaultSysctls),
 				Modules: slices.Clone(imagecatalog.DefaultModules), UnattendedUpgradesDisabled: true}}
-			for _, m := range aptPinRE.FindAllStringSubmatch(s.UserData, -1) {
+			if seen != nil {
+				seen(s.UserData)
+			}
+			re := aptPinRE
+			if strings.Contains(s.UserData, bootstrap.BuilderScriptPath) {
+				re = builderComponentRE
+			}
+			for _, m := range re.FindAllStringSubmatch(s.UserData, -1) {
 				r.Observed.Components[m[1]] = m[2]
 			}
 			for _, c := range imagecatalog.HygieneChecks {
@@ -355,6 +374,74 @@ func TestImagesCLIBuild(t *testing.T) {
 	dry, _ := build("--dry-run")
 	if !dry[0].DryRun || cloud.fake.Calls("POST", "/servers") != posts {
 		t.Errorf("dry-run build = %+v, %d servers created", dry[0], cloud.fake.Calls("POST", "/servers")-posts)
+	}
+}
+
+// A recipe without userDataFile builds with bootstrap's builder user-data: the builder
+// boots with a cloud-config that runs the builder's install, cleanup and report steps for
+// the recipe's components, and the build publishes what the (stand-in) report observed.
+func TestImagesCLIBuildRendersTheBuilder(t *testing.T) {
+	t.Parallel()
+	cloud := newCLICloud(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var (
+		mu       sync.Mutex // guards userData: the agent writes it, the test reads it
+		userData string
+	)
+	go func() {
+		defer close(done)
+		runBuilderAgentSeeing(ctx, t, cloud, nil, func(ud string) { mu.Lock(); userData = ud; mu.Unlock() })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	recipe := writeRecipe(t, cloud.dir, cliVersions())
+	data, err := os.ReadFile(recipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noFile := strings.Replace(string(data), "    userDataFile: builder.sh\n", "", 1)
+	if noFile == string(data) {
+		t.Fatal("writeRecipe wrote no userDataFile line to remove")
+	}
+	if err := os.WriteFile(recipe, []byte(noFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cat := filepath.Join(cloud.dir, "images.yaml")
+	out, progress, err := runImagesSplit(t, "build", "--recipe", recipe, "--catalog", cat, "--config", cloud.config, "--poll", "5ms", "-o", "json")
+	if err != nil {
+		t.Fatalf("build: %v\nprogress:\n%s", err, progress)
+	}
+	var res []imagecatalog.BuildResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res) != 1 || !res[0].Built {
+		t.Fatalf("build -o json: %v\n%s", err, out)
+	}
+	if d := cmp.Diff(imagecatalog.DefaultManifest(cliVersions()), res[0].Image.Manifest); d != "" {
+		t.Errorf("built manifest (-requested +got):\n%s", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if userData == "" {
+		t.Fatal("the fake kept no builder server's user-data")
+	}
+	want, err := builderUserData(imagecatalog.BuildSpec{Provider: "hcloud", Components: cliVersions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if userData != string(want) {
+		t.Errorf("the builder booted with other user-data than bootstrap.RenderBuilder's for the recipe:\n%.400s", userData)
+	}
+	var cc struct {
+		RunCmd [][]string `yaml:"runcmd"`
+	}
+	if err := yaml.Unmarshal([]byte(userData), &cc); err != nil {
+		t.Fatalf("builder user-data is not YAML: %v", err)
+	}
+	var wantRun [][]string
+	for _, step := range bootstrap.BuilderSteps {
+		wantRun = append(wantRun, []string{"sh", bootstrap.BuilderScriptPath, step})
+	}
+	if d := cmp.Diff(wantRun, cc.RunCmd); d != "" {
+		t.Errorf("builder runcmd (-want +got):\n%s", d)
 	}
 }
 

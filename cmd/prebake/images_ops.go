@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 )
 
@@ -235,8 +238,19 @@ func (b *buildFlags) register(cmd *cobra.Command) {
 
 func (b *buildFlags) specs() ([]imagecatalog.BuildSpec, error) {
 	specs, err := imagecatalog.LoadRecipe(b.recipe)
-	if err != nil || len(b.only) == 0 {
-		return specs, err
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		if specs[i].UserData != nil {
+			continue
+		}
+		if specs[i].UserData, err = builderUserData(specs[i]); err != nil {
+			return nil, fmt.Errorf("%s: images[%d] (no userDataFile): %w", b.recipe, i, err)
+		}
+	}
+	if len(b.only) == 0 {
+		return specs, nil
 	}
 	var out []imagecatalog.BuildSpec
 	for _, s := range specs {
@@ -253,6 +267,23 @@ func (b *buildFlags) specs() ([]imagecatalog.BuildSpec, error) {
 	return out, nil
 }
 
+// builderUserData is bootstrap's builder user-data for an image whose recipe names no
+// userDataFile: every component is installed as the apt package of its own name at its
+// exact version (the base image's apt sources must offer them, see docs/images.md), then
+// the builder cleans up and writes its report.
+func builderUserData(s imagecatalog.BuildSpec) ([]byte, error) {
+	m := s.Manifest()
+	var comps []bootstrap.Component
+	for _, name := range slices.Sorted(maps.Keys(m.Components)) {
+		comps = append(comps, bootstrap.Component{Name: name, Version: m.Components[name]})
+	}
+	ud, err := bootstrap.RenderBuilder(bootstrap.BuilderInput{Provider: s.Provider, Components: comps, Sysctls: m.Sysctls, Modules: m.Modules})
+	if err != nil {
+		return nil, err
+	}
+	return ud.CloudConfig, nil
+}
+
 func newImagesBuildCommand() *cobra.Command {
 	var b buildFlags
 	cmd := &cobra.Command{
@@ -260,10 +291,15 @@ func newImagesBuildCommand() *cobra.Command {
 		Short: "Build, verify and publish to candidate each image of a recipe (nothing when its inputs are already built)",
 		Long: `For each image of the recipe: when no image has the same inputs hash (base image,
 requested versions, user-data), boot a builder server from the base image with the
-recipe's runtime-install user-data, wait for the builder's report (labels it writes
-on its own server; see docs/images.md), check the versions it observed against the
+builder user-data, wait for the builder's report (labels on its own server; see
+docs/images.md for what carries the report there), check the versions it observed against the
 requested ones and the hygiene checks, shut it down and snapshot it, label the
 snapshot, delete the builder and publish the image to the candidate channel.
+The builder user-data is the image's userDataFile when the recipe names one; otherwise
+it is rendered by bootstrap: every component installed as the apt package of its name at
+its exact version, the kernel settings, unattended-upgrades disabled, then the builder's
+cleanup (SSH host keys, machine-id, cloud-init state, apt lists and caches, logs) and its
+report (` + bootstrap.BuildReportPath + `, what it observed).
 Progress goes to stderr. Building the same inputs again creates nothing.`,
 		Example: `  prebake images build --config prod.yaml --recipe images-recipe.yaml --catalog configmap://kube-system/prebake-images`,
 		Args:    cobra.NoArgs,

@@ -1,0 +1,148 @@
+package bootstrap
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// BuilderInput is what an image builder's user-data depends on: what to install and the
+// kernel settings to bake. A builder joins no cluster, so there is no token, endpoint or node
+// name, and the rendered user-data holds no secret.
+type BuilderInput struct {
+	// Provider is the provider that boots the builder (hcloud, gce, ...); it is recorded in
+	// the install step's status file only.
+	Provider string
+	// Components are installed at exactly their versions (apt, or a binary with a sha256),
+	// as Input.Components. At least one is required.
+	Components []Component
+	// Sysctls and Modules are baked as config files; nil means DefaultSysctls and
+	// DefaultModules.
+	Sysctls map[string]string
+	Modules []string
+	// DpkgLockWait is Options.DpkgLockWait.
+	DpkgLockWait time.Duration
+	// RecordHostCommands is Options.RecordHostCommands: a chroot test records sysctl,
+	// modprobe and systemctl instead of running them.
+	RecordHostCommands bool
+}
+
+// Paths of the builder, fixed so the thing that carries the report off the builder (see
+// docs/images.md) and the tests know where to look.
+const (
+	// BuilderScriptPath is where the builder's cloud-config writes the script.
+	BuilderScriptPath = "/var/lib/prebake/builder.sh"
+	// BuilderStatusPath is the install step's Status (the builder is no node, so not
+	// DefaultStatusPath: a node booted from the image writes that one).
+	BuilderStatusPath = "/var/lib/prebake/builder-status.json"
+	// BuildReportPath is where the report step writes its BuildReport.
+	BuildReportPath = "/var/lib/prebake/build-report.json"
+)
+
+// BuilderSteps are the builder script's steps, in the order its cloud-config runs them; each
+// is one runcmd entry `sh BuilderScriptPath <step>`. cloud-init goes on after a failed
+// entry, so a failed install is still cleaned up and reported.
+var BuilderSteps = []string{"install", "cleanup", "report"}
+
+// BuilderHygieneChecks are the checks the report step makes, under imagecatalog's names
+// (imagecatalog.HygieneChecks; a test keeps the two lists equal).
+var BuilderHygieneChecks = []string{"ssh-host-keys", "machine-id", "cloud-init-state", "apt-cache"}
+
+// BuildReport is what the report step writes to BuildReportPath. Its JSON is
+// imagecatalog.Report's; bootstrap is a leaf package, so the shape is repeated here and an
+// imagecatalog test decodes a real report into imagecatalog.Report.
+type BuildReport struct {
+	// Status is "done" when the install step finished, else "failed".
+	Status string `json:"status"`
+	// Observed is what the report step found in the image, not what was asked for.
+	Observed Manifest `json:"observed"`
+	// Hygiene maps each of BuilderHygieneChecks to whether it passed.
+	Hygiene map[string]bool `json:"hygiene"`
+}
+
+// ParseBuildReport decodes a report file strictly: an unknown field means the builder and
+// this binary disagree about the shape.
+func ParseBuildReport(data []byte) (BuildReport, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r BuildReport
+	if err := dec.Decode(&r); err != nil {
+		return BuildReport{}, fmt.Errorf("build report %s: %w", BuildReportPath, err)
+	}
+	if r.Status != "done" && r.Status != "failed" {
+		return BuildReport{}, fmt.Errorf("build report %s: status %q, want done or failed", BuildReportPath, r.Status)
+	}
+	return r, nil
+}
+
+//go:embed builder.sh
+var builderScript string
+
+// nodeMain is node.sh's last line. The builder script is node.sh's functions without it,
+// then builder.sh, which calls them step by step.
+const nodeMain = "prebake_main </dev/null\n"
+
+// RenderBuilder validates in and renders an image builder's user-data: CloudConfig writes
+// the script to BuilderScriptPath and runs its steps (BuilderSteps); Script is the same
+// script, which run without an argument does all three steps (for `sh -s`). Neither holds a
+// secret.
+func RenderBuilder(in BuilderInput) (UserData, error) {
+	ni, err := in.validate()
+	if err != nil {
+		return UserData{}, err
+	}
+	functions, ok := strings.CutSuffix(nodeScript, nodeMain)
+	if !ok {
+		return UserData{}, errors.New("bootstrap: node.sh does not end with " + strings.TrimSpace(nodeMain) + "; RenderBuilder depends on it")
+	}
+	configure, err := configureFiles(ni)
+	if err != nil {
+		return UserData{}, err
+	}
+	var b strings.Builder
+	writePrelude(&b, fmt.Sprintf("prebake image builder for %s: install, clean up, report (%s). It holds no secret.",
+		ni.Provider, BuildReportPath), ni, configure, nil)
+	b.WriteString(functions)
+	b.WriteString(builderScript)
+	script := []byte(b.String())
+
+	cc := cloudConfig{WriteFiles: []writeFile{{Path: BuilderScriptPath, Owner: "root:root", Permissions: "0700", Content: string(script)}}}
+	for _, step := range BuilderSteps {
+		cc.RunCmd = append(cc.RunCmd, []string{"sh", BuilderScriptPath, step})
+	}
+	body, err := marshalCloudConfig(cc)
+	if err != nil {
+		return UserData{}, err
+	}
+	return UserData{CloudConfig: body, Script: script}, nil
+}
+
+// validate checks in and returns the node Input the shared prelude is rendered from.
+func (in BuilderInput) validate() (Input, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !providerName.MatchString(in.Provider) {
+		bad("provider %q: want a provider name such as hcloud or gce", in.Provider)
+	}
+	if len(in.Components) == 0 {
+		bad("components: at least one is required (a builder with nothing to install makes no image)")
+	}
+	ni := Input{
+		Provider:   in.Provider,
+		NodeName:   "prebake-builder",
+		Components: in.Components,
+		Sysctls:    in.Sysctls,
+		Modules:    in.Modules,
+		Options: Options{DpkgLockWait: in.DpkgLockWait, RecordHostCommands: in.RecordHostCommands,
+			SkipJoin: true, StatusPath: BuilderStatusPath},
+	}
+	ni = ni.validateInstall(bad)
+	if len(errs) > 0 {
+		return ni, fmt.Errorf("bootstrap builder input: %w", errors.Join(errs...))
+	}
+	return ni, nil
+}

@@ -1,0 +1,221 @@
+
+# --- the image builder: runs after node.sh's functions, instead of its main call -----------
+# A builder is a server booted from a base image to become an image. Its cloud-config runs
+# this script three times, one step each, so a failed install still leaves a cleaned image
+# and a report that says "failed":
+#   install  node.sh's phases without the join: install every component, write the kernel
+#            settings, containerd's and the kubelet's config, and the image manifest;
+#   cleanup  remove what first boot made and every node must make again (SSH host keys, the
+#            machine id, cloud-init's instance state) and what is dead weight (apt lists and
+#            caches, logs);
+#   report   observe the image (dpkg-query, --version, sha256, the kernel settings files,
+#            unattended-upgrades, the hygiene checks) and write $BUILD_REPORT as JSON.
+# The report says what is there, never what was asked for: the recipe only says where to
+# look (a package name, a path) and which sha256 is which release.
+
+BUILD_REPORT=/var/lib/prebake/build-report.json
+
+# --- step 1: install -------------------------------------------------------------------------
+# unattended-upgrades must be off in every image, also when the base image already has all
+# the packages and phase_install has nothing to do.
+builder_phase_quiet_apt() {
+	disable_unattended_upgrades
+	P_DETAIL="apt timers stopped, unattended-upgrades masked"
+}
+
+builder_phase_record() {
+	write_manifest
+	P_DETAIL="manifest $MANIFEST"
+}
+
+builder_install() {
+	run_phase manifest phase_manifest
+	run_phase plan phase_plan
+	run_phase quiet-apt builder_phase_quiet_apt
+	run_phase install phase_install
+	run_phase configure phase_configure
+	run_phase record builder_phase_record
+	PHASE="done"
+	RESULT=ok
+	write_status
+}
+
+# --- step 2: cleanup -------------------------------------------------------------------------
+# Every removal is attempted even when one fails: the report's hygiene checks are the gate,
+# and they name what is left.
+builder_cleanup() {
+	set +e
+	rm -f /etc/ssh/ssh_host_*
+	# Empty, not removed: systemd then makes a new id at first boot and treats it as such.
+	if [ -e /etc/machine-id ]; then : >/etc/machine-id; fi
+	if [ -f /var/lib/dbus/machine-id ] && [ ! -L /var/lib/dbus/machine-id ]; then rm -f /var/lib/dbus/machine-id; fi
+	rm -rf /var/lib/cloud/instance /var/lib/cloud/instances /var/lib/cloud/data/instance-id \
+		/var/lib/cloud/data/previous-instance-id /var/lib/cloud/sem
+	if command -v apt-get >/dev/null 2>&1; then apt-get clean; fi
+	rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*
+	# Logs: rotated ones go, the rest are emptied (a running daemon keeps its file open).
+	if [ -d /var/log ]; then
+		find /var/log -type f \( -name '*.gz' -o -name '*.[0-9]' -o -name '*.old' \) -exec rm -f {} + 2>/dev/null
+		rm -rf /var/log/journal/*
+		find /var/log -type f -exec truncate -s 0 {} + 2>/dev/null
+	fi
+	set -e
+	echo "prebake-builder: cleanup done"
+}
+
+# --- step 3: report --------------------------------------------------------------------------
+OBSERVED=""
+
+observed() { # name version
+	OBSERVED="$OBSERVED${OBSERVED:+,}$(json_str "$1"):$(json_str "$2")"
+}
+
+# observe_component is called once per component (see prebake_components). A component that
+# is not there is left out of the report; imagecatalog.Verify names it "not installed".
+observe_component() { # kind name version package url sha256 path
+	case "$1" in
+	apt)
+		v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$4" 2>/dev/null) || v=
+		case "$v" in "installed "*) observed "$2" "${v#installed }" ;; esac
+		;;
+	bin)
+		[ -f "$7" ] || return 0
+		# Binaries that can say their version say it; "Kubernetes v1.35.4" -> v1.35.4.
+		out=""
+		case "$2" in
+		kubelet) out=$("$7" --version 2>/dev/null) || out="" ;;
+		kubeadm) out=$("$7" version -o short 2>/dev/null) || out="" ;;
+		esac
+		if [ -n "$out" ]; then
+			observed "$2" "${out##* }"
+			return 0
+		fi
+		# The others are identified by their bits: the recipe's sha256 is its version's.
+		got=$(sha256sum "$7" | cut -d' ' -f1)
+		if [ "$got" = "$6" ]; then
+			observed "$2" "$3"
+		else
+			observed "$2" "sha256-$(printf '%s' "$got" | cut -c1-12)"
+		fi
+		;;
+	esac
+}
+
+# observe_sysctls prints the sysctls the image applies at boot as JSON members; a later file
+# (in the order systemd-sysctl reads them) overrides an earlier one.
+observe_sysctls() {
+	cat /etc/sysctl.d/*.conf 2>/dev/null |
+		sed -n 's/^[[:space:]]*\([a-z0-9_.-]*\)[[:space:]]*=[[:space:]]*\([^[:space:]]*\).*/\1 \2/p' |
+		awk '{ if (!($1 in v)) k[n++] = $1; v[$1] = $2 } END { for (i = 0; i < n; i++) print k[i], v[k[i]] }' |
+		while read -r key value; do
+			printf '%s%s:%s' "${sep:-}" "$(json_str "$key")" "$(json_str "$value")"
+			sep=,
+		done
+}
+
+observe_modules() {
+	cat /etc/modules-load.d/*.conf 2>/dev/null |
+		sed -n 's/^[[:space:]]*\([a-z0-9_-][a-z0-9_-]*\)[[:space:]]*$/\1/p' | awk '!seen[$0]++' |
+		while read -r m; do
+			printf '%s%s' "${sep:-}" "$(json_str "$m")"
+			sep=,
+		done
+}
+
+# unattended-upgrades is disabled when apt's periodic run is off and the service is masked or
+# not installed.
+observe_uu() {
+	UU=1
+	if command -v apt-config >/dev/null 2>&1; then
+		eval "$(apt-config shell UU APT::Periodic::Unattended-Upgrade)"
+	fi
+	if [ "${UU:-1}" != 0 ]; then
+		echo false
+		return 0
+	fi
+	if dpkg-query -W -f='${db:Status-Status}' unattended-upgrades 2>/dev/null | grep -q '^installed$' &&
+		[ "$(readlink /etc/systemd/system/unattended-upgrades.service 2>/dev/null)" != /dev/null ]; then
+		echo false
+		return 0
+	fi
+	echo true
+}
+
+# The hygiene checks, named as imagecatalog.HygieneChecks names them.
+hygiene_ssh_host_keys() {
+	for k in /etc/ssh/ssh_host_*; do
+		if [ -e "$k" ]; then return 1; fi
+	done
+}
+hygiene_machine_id() {
+	[ ! -s /etc/machine-id ] || [ "$(cat /etc/machine-id)" = uninitialized ]
+}
+hygiene_cloud_init_state() {
+	[ ! -e /var/lib/cloud/instance ] && [ ! -e /var/lib/cloud/instances ] && [ ! -e /var/lib/cloud/data/instance-id ]
+}
+hygiene_apt_cache() {
+	left=$(
+		find /var/cache/apt/archives -name '*.deb' 2>/dev/null | head -n1
+		find /var/lib/apt/lists -type f ! -name lock 2>/dev/null | head -n1
+	)
+	[ -z "$left" ]
+}
+hygiene() { # check function
+	if "$2"; then r=true; else r=false; fi
+	HYGIENE="$HYGIENE${HYGIENE:+,}\"$1\":$r"
+	HYGIENE_SUMMARY="$HYGIENE_SUMMARY $1=$r"
+}
+
+builder_report() {
+	# The install step's own status says whether it finished: its top-level result, which
+	# write_status puts before the first list (the phases have results of their own).
+	status=failed
+	if [ "$(sed -n 's/^[^[]*"result":"\([a-z]*\)".*/\1/p' "$PREBAKE_STATUS" 2>/dev/null)" = ok ]; then status="done"; fi
+	OBSERVED=""
+	component() { observe_component "$@"; }
+	prebake_components
+	HYGIENE=""
+	HYGIENE_SUMMARY=""
+	hygiene ssh-host-keys hygiene_ssh_host_keys
+	hygiene machine-id hygiene_machine_id
+	hygiene cloud-init-state hygiene_cloud_init_state
+	hygiene apt-cache hygiene_apt_cache
+	mkdir -p "$(dirname "$BUILD_REPORT")"
+	printf '{"status":"%s","observed":{"components":{%s},"sysctls":{%s},"modules":[%s],"unattendedUpgradesDisabled":%s},"hygiene":{%s}}\n' \
+		"$status" "$OBSERVED" "$(observe_sysctls)" "$(observe_modules)" "$(observe_uu)" "$HYGIENE" >"$BUILD_REPORT.tmp"
+	chmod 0644 "$BUILD_REPORT.tmp"
+	mv -f "$BUILD_REPORT.tmp" "$BUILD_REPORT"
+	echo "prebake-builder: report $BUILD_REPORT: status $status; hygiene$HYGIENE_SUMMARY"
+}
+
+# Each step runs from a function defined in full before it is called, with stdin from
+# /dev/null, as node.sh's main does. Only the install step writes the status file, so only it
+# keeps node.sh's exit trap.
+trap - EXIT
+case "${1:-all}" in
+install)
+	trap on_exit EXIT
+	builder_install </dev/null
+	;;
+cleanup) builder_cleanup </dev/null ;;
+report) builder_report </dev/null ;;
+all)
+	# Standalone (`sh -s` over SSH): all three steps; a failed install is reported, not fatal.
+	# The subshell is not on the left of || because set -e is ignored there.
+	set +e
+	(
+		set -e
+		trap on_exit EXIT
+		builder_install
+	) </dev/null
+	rc=$?
+	set -e
+	if [ "$rc" != 0 ]; then echo "prebake-builder: the install step failed; cleaning up and reporting anyway" >&2; fi
+	builder_cleanup </dev/null
+	builder_report </dev/null
+	;;
+*)
+	echo "prebake-builder: unknown step '$1': want install, cleanup, report or none for all three" >&2
+	exit 2
+	;;
+esac
