@@ -236,6 +236,24 @@ func (b *buildFlags) register(cmd *cobra.Command) {
 	_ = cmd.MarkFlagRequired("recipe")
 }
 
+// open is what build and refresh start from: the catalog and output, the
+// recipe's build specs, and the provider's image API.
+func (b *buildFlags) open(cmd *cobra.Command) (imagesEnv, []imagecatalog.BuildSpec, imageCloud, error) {
+	env, err := imagesEnvOf(cmd)
+	if err != nil {
+		return imagesEnv{}, nil, nil, err
+	}
+	specs, err := b.specs()
+	if err != nil {
+		return imagesEnv{}, nil, nil, err
+	}
+	cloud, _, _, err := cloudOf(cmd)
+	if err != nil {
+		return imagesEnv{}, nil, nil, err
+	}
+	return env, specs, cloud, nil
+}
+
 func (b *buildFlags) specs() ([]imagecatalog.BuildSpec, error) {
 	specs, err := imagecatalog.LoadRecipe(b.recipe)
 	if err != nil {
@@ -304,15 +322,7 @@ Progress goes to stderr. Building the same inputs again creates nothing.`,
 		Example: `  prebake images build --config prod.yaml --recipe images-recipe.yaml --catalog configmap://kube-system/prebake-images`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := imagesEnvOf(cmd)
-			if err != nil {
-				return err
-			}
-			specs, err := b.specs()
-			if err != nil {
-				return err
-			}
-			cloud, _, _, err := cloudOf(cmd)
+			env, specs, cloud, err := b.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -367,15 +377,7 @@ deploy/ runs this as a CronJob.`,
 		Example: `  prebake images refresh --config prod.yaml --recipe recipe.yaml --max-age 168h --canary-command "/canary/join-test.sh"`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := imagesEnvOf(cmd)
-			if err != nil {
-				return err
-			}
-			specs, err := b.specs()
-			if err != nil {
-				return err
-			}
-			cloud, _, _, err := cloudOf(cmd)
+			env, specs, cloud, err := b.open(cmd)
 			if err != nil {
 				return err
 			}
