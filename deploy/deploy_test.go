@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"bytes"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -222,6 +224,16 @@ func TestProviderConfigsLoad(t *testing.T) {
 					t.Errorf("hcloud token = %+v, want the file of the mounted hcloud-token Secret", got.Providers.Hcloud.Token)
 				}
 				got.Providers.Hcloud.Token = want.Providers.Hcloud.Token
+			}
+			if (got.ImageCatalog.File == "") != (want.ImageCatalog.File == "") {
+				t.Errorf("%s imageCatalog.file %q, the example's %q: groups with a channel would resolve differently", tc.component, got.ImageCatalog.File, want.ImageCatalog.File)
+			}
+			if want.ImageCatalog.File != "" {
+				a, errA := os.ReadFile(got.ImageCatalog.File)
+				b, errB := os.ReadFile(want.ImageCatalog.File)
+				if errA != nil || errB != nil || !bytes.Equal(a, b) {
+					t.Errorf("%s differs from %s (%v, %v): copy the example's catalog into the component", got.ImageCatalog.File, want.ImageCatalog.File, errA, errB)
+				}
 			}
 			if strings.Contains(tc.component, "bootstrap") && (got.Bootstrap == nil || len(got.Bootstrap.Components) == 0) {
 				t.Errorf("%s has no bootstrap block with components", tc.component)
