@@ -208,6 +208,7 @@ func TestProviderConfigsLoad(t *testing.T) {
 		{"components/kwok/config.yaml", "../examples/kwok.yaml"},
 		{"components/hcloud/config.yaml", "../examples/hcloud.yaml"},
 		{"components/hcloud-bootstrap/config.yaml", "../examples/hcloud.yaml"},
+		{"components/static/config.yaml", "../examples/static.yaml"},
 	} {
 		t.Run(tc.component, func(t *testing.T) {
 			t.Parallel()
@@ -237,6 +238,20 @@ func TestProviderConfigsLoad(t *testing.T) {
 			}
 			if strings.Contains(tc.component, "bootstrap") && (got.Bootstrap == nil || len(got.Bootstrap.Components) == 0) {
 				t.Errorf("%s has no bootstrap block with components", tc.component)
+			}
+			// A userDataFile is shipped next to the component's config: the
+			// same script as the example's, at another path.
+			for i := range min(len(got.NodeGroups), len(want.NodeGroups)) {
+				g, w := &got.NodeGroups[i], &want.NodeGroups[i]
+				if g.UserDataFile == "" || w.UserDataFile == "" {
+					continue
+				}
+				a, errA := os.ReadFile(g.UserDataFile)
+				b, errB := os.ReadFile(w.UserDataFile)
+				if errA != nil || errB != nil || !bytes.Equal(a, b) {
+					t.Errorf("%s differs from %s (%v, %v): copy the example's script into the component", g.UserDataFile, w.UserDataFile, errA, errB)
+				}
+				g.UserDataFile = w.UserDataFile
 			}
 			if d := cmp.Diff(want.NodeGroups, got.NodeGroups); d != "" {
 				t.Errorf("node groups drifted from %s (-example +component):\n%s", tc.example, d)

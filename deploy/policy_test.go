@@ -15,6 +15,7 @@ import (
 // A Secret not listed here may not be mounted at all: add it with a reason.
 var secretConsumers = map[string][]string{
 	"hcloud-token":       {"prebake", "image-refresh"}, // the Hetzner API token: the provider and the image refresh CronJob call Hetzner
+	"prebake-ssh":        {"prebake"},                  // the static provider's SSH client key and the machines' known_hosts
 	"prebake-server-tls": {"prebake"},                  // serving certificate and client CA
 	"prebake-client-tls": {"cluster-autoscaler"},       // CA's client certificate for cloud-config
 }
