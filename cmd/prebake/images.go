@@ -195,8 +195,8 @@ func newImagesResolveCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resolve",
 		Short: "Print the one image id a channel resolves to, or say why there is none",
-		Long: `Resolve a channel to exactly one image id, as the autoscaler will at create
-time. Unset key flags match any value; a match on two channels with different
+		Long: `Resolve a channel to exactly one image id, as prebake serve does for
+each new machine at scale-up. Unset key flags match any value; a match on two channels with different
 images is an error that names both.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
