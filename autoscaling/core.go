@@ -105,6 +105,11 @@ type Core struct {
 	byName       map[string]*instance
 	// nodeNames maps providerID to the Node name last observed for it.
 	nodeNames map[string]string
+	// forgotten holds, by providerID and by "name/"+machine name, when an
+	// instance was forgotten, so a List that started before that moment
+	// can't adopt it back (see reconcile). Purged per provider once no List
+	// in flight started before the entry.
+	forgotten map[string]tombstone
 	closing   bool
 
 	// syncMu serialises Sync; see refresh.go. kick asks the sync loop for
@@ -211,6 +216,7 @@ func New(ctx context.Context, o Options) (*Core, error) {
 		byProviderID: map[string]*instance{},
 		byName:       map[string]*instance{},
 		nodeNames:    map[string]string{},
+		forgotten:    map[string]tombstone{},
 		lastSync:     map[string]time.Time{},
 		kick:         make(chan struct{}, 1),
 		synced:       map[string]bool{},

@@ -672,3 +672,40 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestStaleListDoesNotResurrect: a List that started before an instance was
+// deleted and forgotten still holds it; applying that answer must not adopt
+// it back (it would count against maxSize until the next List). A List
+// that starts later and still finds the machine does adopt it: an orphan.
+func TestStaleListDoesNotResurrect(t *testing.T) {
+	t.Parallel()
+	p := fake.New()
+	c := newCore(t, p)
+	if err := c.IncreaseSize("g1", 2); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "2 machines", func() bool { return len(p.Machines()) == 2 })
+	c.Sync(t.Context(), true)
+	before := time.Now()
+	stale, err := p.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := stale[0].ProviderID
+	if err := c.DeleteNodes("g1", []Node{{ProviderID: gone}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted instance forgotten", func() bool {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		return c.byProviderID[gone] == nil
+	})
+	c.reconcile(p, stale, before)
+	if got := mustTarget(t, c, "g1"); got != 1 {
+		t.Errorf("target after applying a List that started before the delete = %d, want 1 (the deleted machine must not come back)", got)
+	}
+	c.reconcile(p, stale, time.Now())
+	if got := mustTarget(t, c, "g1"); got != 2 {
+		t.Errorf("target after a later List that still finds the machine = %d, want 2 (an orphan is adopted)", got)
+	}
+}

@@ -109,12 +109,40 @@ func (c *Core) syncProvider(ctx context.Context, p providers.Provider) bool {
 	return true
 }
 
+// tombstone is when an instance of a provider was forgotten.
+type tombstone struct {
+	provider string
+	at       time.Time
+}
+
+// forgottenSinceLocked reports whether li was forgotten at or after
+// listStart.
+func (c *Core) forgottenSinceLocked(li providers.Instance, listStart time.Time) bool {
+	for _, key := range []string{li.ProviderID, "name/" + li.Name} {
+		if ts, ok := c.forgotten[key]; ok && !ts.at.Before(listStart) {
+			return true
+		}
+	}
+	return false
+}
+
+// purgeTombstonesLocked drops p's tombstones older than listStart: Lists of
+// p run one at a time, so every later one starts after them.
+func (c *Core) purgeTombstonesLocked(p string, listStart time.Time) {
+	for k, ts := range c.forgotten {
+		if ts.provider == p && ts.at.Before(listStart) {
+			delete(c.forgotten, k)
+		}
+	}
+}
+
 // reconcile applies one List (started at listStart) to the instances of
 // p's groups. It returns the instances whose delete must be retried.
 func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, listStart time.Time) (redelete []*instance) {
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.purgeTombstonesLocked(p.Name(), listStart)
 	c.synced[p.Name()] = true
 	delete(c.listErr, p.Name())
 	seen := make(map[*instance]bool, len(listed))
@@ -130,6 +158,11 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 			inst = c.byName[li.Name]
 		}
 		if inst == nil {
+			if c.forgottenSinceLocked(li, listStart) {
+				// The List started before this instance was deleted and
+				// forgotten: its answer is stale, not an orphan to adopt.
+				continue
+			}
 			inst = c.adoptLocked(g, li)
 		}
 		seen[inst] = true

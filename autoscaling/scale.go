@@ -180,6 +180,9 @@ func (c *Core) cancelLocked(inst *instance) (needsDelete bool) {
 }
 
 func (c *Core) forgetLocked(inst *instance) {
+	ts := tombstone{provider: inst.group.provider.Name(), at: c.now()}
+	c.forgotten[inst.providerID] = ts
+	c.forgotten["name/"+inst.name] = ts
 	inst.gone = true
 	delete(inst.group.instances, inst.name)
 	if c.byName[inst.name] == inst {
