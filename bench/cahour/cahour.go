@@ -107,3 +107,38 @@ func (h Hour) Run(ctx context.Context) (Churn, error) {
 	}
 	return out, nil
 }
+
+// StartFleet builds and starts a core for the benchmark (fast workers, no
+// rate limit of its own: the fakes count every request), scales each group
+// to perGroup machines, waits until the fake holds them all, and syncs once,
+// so the hour starts from a settled fleet. stop shuts the core down.
+func StartFleet(ctx context.Context, o autoscaling.Options, perGroup int, wait func(n int) error) (core *autoscaling.Core, stop func(), err error) {
+	o.Workers = autoscaling.WorkerOptions{Parallelism: 16, QPS: 1e6, Burst: 1e6, RetryBase: time.Millisecond}
+	core, err = autoscaling.New(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	if err := core.Start(cctx); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	stop = func() {
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		_ = core.Shutdown(sctx)
+		cancel()
+	}
+	for _, g := range o.Groups {
+		if err := core.IncreaseSize(g.ID, perGroup); err != nil {
+			stop()
+			return nil, nil, err
+		}
+	}
+	if err := wait(perGroup * len(o.Groups)); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	core.Sync(ctx, true)
+	return core, stop, nil
+}

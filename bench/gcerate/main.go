@@ -175,34 +175,14 @@ func runHour(c config, ttl time.Duration) (result, error) {
 		specs = append(specs, autoscaling.GroupSpec{ID: groupID(i), Provider: "gce", MaxSize: per + churnSize,
 			MachineType: "e2-standard-2", Zone: z, Region: gce.Region(z)})
 	}
-	core, err := autoscaling.New(ctx, autoscaling.Options{
+	core, stop, err := cahour.StartFleet(ctx, autoscaling.Options{
 		Cluster: "bench", Groups: specs, Providers: map[string]providers.Provider{"gce": p},
 		RefreshInterval: ttl, Now: clk.Now, Logger: quiet,
-		Workers: autoscaling.WorkerOptions{Parallelism: 16, QPS: 1e6, Burst: 1e6, RetryBase: time.Millisecond},
-	})
+	}, per, func(n int) error { return waitInstances(f, n) })
 	if err != nil {
 		return result{}, err
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := core.Start(cctx); err != nil {
-		return result{}, err
-	}
-	defer func() {
-		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-		defer scancel()
-		_ = core.Shutdown(sctx)
-	}()
-	// The fleet, before the hour starts.
-	for i := range c.groups {
-		if err := core.IncreaseSize(groupID(i), per); err != nil {
-			return result{}, err
-		}
-	}
-	if err := waitInstances(f, c.instances); err != nil {
-		return result{}, err
-	}
-	core.Sync(ctx, true)
+	defer stop()
 
 	r := result{name: fmt.Sprintf("prebake, refreshInterval %v", ttl)}
 	f.ResetRequests()

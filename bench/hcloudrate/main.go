@@ -131,34 +131,14 @@ func runOurs(c config, ttl time.Duration) (result, error) {
 		specs = append(specs, autoscaling.GroupSpec{ID: groupID(i), Provider: "hcloud", MaxSize: per + churnSize,
 			MachineType: "cx22", Zone: "fsn1"})
 	}
-	core, err := autoscaling.New(ctx, autoscaling.Options{
+	core, stop, err := cahour.StartFleet(ctx, autoscaling.Options{
 		Cluster: "bench", Groups: specs, Providers: map[string]providers.Provider{"hcloud": p},
 		RefreshInterval: ttl, Now: clk.Now, Logger: quiet,
-		Workers: autoscaling.WorkerOptions{Parallelism: 16, QPS: 1e6, Burst: 1e6, RetryBase: time.Millisecond},
-	})
+	}, per, func(n int) error { return waitServers(f, n) })
 	if err != nil {
 		return result{}, err
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if err := core.Start(cctx); err != nil {
-		return result{}, err
-	}
-	defer func() {
-		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-		defer scancel()
-		_ = core.Shutdown(sctx)
-	}()
-	// The fleet, before the hour starts.
-	for i := range c.groups {
-		if err := core.IncreaseSize(groupID(i), per); err != nil {
-			return result{}, err
-		}
-	}
-	if err := waitServers(f, c.servers); err != nil {
-		return result{}, err
-	}
-	core.Sync(ctx, true)
+	defer stop()
 
 	r := result{name: fmt.Sprintf("prebake, refreshInterval %v", ttl)}
 	before := snapshot(f)
