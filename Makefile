@@ -82,6 +82,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParseFilter -fuzztime 20s ./providers/gce/gcefake/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/
 	$(GO) test -run '^$$' -fuzz FuzzParseName -fuzztime 20s ./imagecatalog/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 20s ./imagecatalog/
 	$(GO) test -run '^$$' -fuzz FuzzRender -fuzztime 20s ./bootstrap/
 	$(GO) test -run '^$$' -fuzz FuzzBuilder -fuzztime 20s ./bootstrap/
 

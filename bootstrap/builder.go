@@ -29,7 +29,34 @@ type BuilderInput struct {
 	// RecordHostCommands is Options.RecordHostCommands: a chroot test records sysctl,
 	// modprobe and systemctl instead of running them.
 	RecordHostCommands bool
+	// Report is how the report leaves the builder: ReportOverSSH or
+	// ReportToGCEGuestAttribute. "" picks the provider's: the guest attribute on gce, SSH
+	// elsewhere.
+	Report string
 }
+
+// Report transports. A builder holds no credential of the cloud's, so it cannot label its
+// own server; the report leaves it another way.
+const (
+	// ReportOverSSH: the cloud-config only installs; prebake logs in (WithSSHAccess gave it
+	// the keys) and runs BuilderSealCommand, whose stdout is the report.
+	ReportOverSSH = "ssh"
+	// ReportToGCEGuestAttribute: the cloud-config installs, then starts a waiter that runs
+	// seal once cloud-init is done and PUTs the report to the guest attribute
+	// GCEReportAttribute, which prebake reads with instances.getGuestAttributes.
+	ReportToGCEGuestAttribute = "gce-guest-attributes"
+)
+
+// GCEReportAttribute is the guest attribute (namespace/key) a GCE builder's report is put to.
+const GCEReportAttribute = "prebake/report"
+
+// BuilderSealCommand is what prebake runs on a builder over SSH: exit 0 with the report
+// JSON, and nothing else, on stdout; exit SealNotYet while the install step or cloud-init's
+// final stage is still running; anything else is a broken builder.
+const BuilderSealCommand = "sh " + BuilderScriptPath + " seal"
+
+// SealNotYet is seal's exit status while the builder is not done (EX_TEMPFAIL).
+const SealNotYet = 75
 
 // Paths of the builder, fixed so the thing that carries the report off the builder (see
 // docs/images.md) and the tests know where to look.
@@ -43,14 +70,20 @@ const (
 	BuildReportPath = "/var/lib/prebake/build-report.json"
 )
 
-// BuilderSteps are the builder script's steps, in the order its cloud-config runs them; each
-// is one runcmd entry `sh BuilderScriptPath <step>`. cloud-init goes on after a failed
-// entry, so a failed install is still cleaned up and reported.
-var BuilderSteps = []string{"install", "cleanup", "report"}
+// BuilderRunCmd is the builder's cloud-config runcmd for a report transport: the install
+// step, and on GCE the waiter that seals and reports once cloud-init is done. cloud-init goes
+// on after a failed entry, so a failed install is still cleaned up and reported.
+func BuilderRunCmd(report string) [][]string {
+	cmds := [][]string{{"sh", BuilderScriptPath, "install"}}
+	if report == ReportToGCEGuestAttribute {
+		cmds = append(cmds, []string{"sh", BuilderScriptPath, "seal-later", ReportToGCEGuestAttribute})
+	}
+	return cmds
+}
 
 // BuilderHygieneChecks are the checks the report step makes, under imagecatalog's names
 // (imagecatalog.HygieneChecks; a test keeps the two lists equal).
-var BuilderHygieneChecks = []string{"ssh-host-keys", "machine-id", "cloud-init-state", "apt-cache"}
+var BuilderHygieneChecks = []string{"ssh-host-keys", "machine-id", "cloud-init-state", "ssh-authorized-keys", "apt-cache"}
 
 // BuildReport is what the report step writes to BuildReportPath. Its JSON is
 // imagecatalog.Report's; bootstrap is a leaf package, so the shape is repeated here and an
@@ -87,8 +120,8 @@ var builderScript string
 const nodeMain = "prebake_main </dev/null\n"
 
 // RenderBuilder validates in and renders an image builder's user-data: CloudConfig writes
-// the script to BuilderScriptPath and runs its steps (BuilderSteps); Script is the same
-// script, which run without an argument does all three steps (for `sh -s`). Neither holds a
+// the script to BuilderScriptPath and runs BuilderRunCmd; Script is the same script, which
+// run without an argument does install, cleanup and report (for `sh -s`). Neither holds a
 // secret.
 func RenderBuilder(in BuilderInput) (UserData, error) {
 	ni, err := in.validate()
@@ -104,15 +137,15 @@ func RenderBuilder(in BuilderInput) (UserData, error) {
 		return UserData{}, err
 	}
 	var b strings.Builder
-	writePrelude(&b, fmt.Sprintf("prebake image builder for %s: install, clean up, report (%s). It holds no secret.",
+	writePrelude(&b, fmt.Sprintf("prebake image builder for %s: install, then seal: clean up and report (%s). It holds no secret.",
 		ni.Provider, BuildReportPath), ni, configure, nil)
 	b.WriteString(functions)
 	b.WriteString(builderScript)
 	script := []byte(b.String())
 
-	cc := cloudConfig{WriteFiles: []writeFile{{Path: BuilderScriptPath, Owner: "root:root", Permissions: "0700", Content: string(script)}}}
-	for _, step := range BuilderSteps {
-		cc.RunCmd = append(cc.RunCmd, []string{"sh", BuilderScriptPath, step})
+	cc := cloudConfig{
+		WriteFiles: []writeFile{{Path: BuilderScriptPath, Owner: "root:root", Permissions: "0700", Content: string(script)}},
+		RunCmd:     BuilderRunCmd(in.report()),
 	}
 	body, err := marshalCloudConfig(cc)
 	if err != nil {
@@ -121,12 +154,25 @@ func RenderBuilder(in BuilderInput) (UserData, error) {
 	return UserData{CloudConfig: body, Script: script}, nil
 }
 
+func (in BuilderInput) report() string {
+	switch {
+	case in.Report != "":
+		return in.Report
+	case in.Provider == "gce":
+		return ReportToGCEGuestAttribute
+	}
+	return ReportOverSSH
+}
+
 // validate checks in and returns the node Input the shared prelude is rendered from.
 func (in BuilderInput) validate() (Input, error) {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if !providerName.MatchString(in.Provider) {
 		bad("provider %q: want a provider name such as hcloud or gce", in.Provider)
+	}
+	if r := in.Report; r != "" && r != ReportOverSSH && r != ReportToGCEGuestAttribute {
+		bad("report %q: want %s or %s (or empty for the provider's)", r, ReportOverSSH, ReportToGCEGuestAttribute)
 	}
 	if len(in.Components) == 0 {
 		bad("components: at least one is required (a builder with nothing to install makes no image)")

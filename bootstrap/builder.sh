@@ -1,15 +1,22 @@
 
 # --- the image builder: runs after node.sh's functions, instead of its main call -----------
-# A builder is a server booted from a base image to become an image. Its cloud-config runs
-# this script three times, one step each, so a failed install still leaves a cleaned image
-# and a report that says "failed":
+# A builder is a server booted from a base image to become an image. Its steps:
 #   install  node.sh's phases without the join: install every component, write the kernel
 #            settings, containerd's and the kubelet's config, and the image manifest;
 #   cleanup  remove what first boot made and every node must make again (SSH host keys, the
-#            machine id, cloud-init's instance state) and what is dead weight (apt lists and
-#            caches, logs);
+#            machine id, cloud-init's instance state), the SSH keys that let prebake in, and
+#            what is dead weight (apt lists and caches, logs);
 #   report   observe the image (dpkg-query, --version, sha256, the kernel settings files,
-#            unattended-upgrades, the hygiene checks) and write $BUILD_REPORT as JSON.
+#            unattended-upgrades, the hygiene checks) and write $BUILD_REPORT as JSON;
+#   seal     once install has a result and cloud-init's final stage is over, cleanup then
+#            report, and print the report on stdout (and nothing else); before that, exit 75.
+#            Waiting for cloud-init matters: its final stage writes instance state after
+#            runcmd, which must not stay in the image. On Hetzner prebake runs it over SSH;
+#   seal-later gce-guest-attributes
+#            start a waiter outside cloud-init that runs seal when it can and PUTs the report
+#            to the metadata server's guest attribute prebake/report, where prebake reads it.
+# The cloud-config runs install (and on GCE seal-later); a failed install is still cleaned
+# and reported, with status "failed".
 # The report says what is there, never what was asked for: the recipe only says where to
 # look (a package name, a path) and which sha256 is which release.
 
@@ -49,6 +56,8 @@ builder_cleanup() {
 	# Empty, not removed: systemd then makes a new id at first boot and treats it as such.
 	if [ -e /etc/machine-id ]; then : >/etc/machine-id; fi
 	if [ -f /var/lib/dbus/machine-id ] && [ ! -L /var/lib/dbus/machine-id ]; then rm -f /var/lib/dbus/machine-id; fi
+	# The keys prebake logged in with, and any other key: an image grants nobody access.
+	rm -f /root/.ssh/authorized_keys /home/*/.ssh/authorized_keys
 	rm -rf /var/lib/cloud/instance /var/lib/cloud/instances /var/lib/cloud/data/instance-id \
 		/var/lib/cloud/data/previous-instance-id /var/lib/cloud/sem
 	if command -v apt-get >/dev/null 2>&1; then apt-get clean; fi
@@ -153,6 +162,11 @@ hygiene_machine_id() {
 hygiene_cloud_init_state() {
 	[ ! -e /var/lib/cloud/instance ] && [ ! -e /var/lib/cloud/instances ] && [ ! -e /var/lib/cloud/data/instance-id ]
 }
+hygiene_ssh_authorized_keys() {
+	for k in /root/.ssh/authorized_keys /home/*/.ssh/authorized_keys; do
+		if [ -e "$k" ]; then return 1; fi
+	done
+}
 hygiene_apt_cache() {
 	left=$(
 		find /var/cache/apt/archives -name '*.deb' 2>/dev/null | head -n1
@@ -179,6 +193,7 @@ builder_report() {
 	hygiene ssh-host-keys hygiene_ssh_host_keys
 	hygiene machine-id hygiene_machine_id
 	hygiene cloud-init-state hygiene_cloud_init_state
+	hygiene ssh-authorized-keys hygiene_ssh_authorized_keys
 	hygiene apt-cache hygiene_apt_cache
 	mkdir -p "$(dirname "$BUILD_REPORT")"
 	printf '{"status":"%s","observed":{"components":{%s},"sysctls":{%s},"modules":[%s],"unattendedUpgradesDisabled":%s},"hygiene":{%s}}\n' \
@@ -186,6 +201,91 @@ builder_report() {
 	chmod 0644 "$BUILD_REPORT.tmp"
 	mv -f "$BUILD_REPORT.tmp" "$BUILD_REPORT"
 	echo "prebake-builder: report $BUILD_REPORT: status $status; hygiene$HYGIENE_SUMMARY"
+}
+
+# --- seal: cleanup and report once the builder is done ----------------------------------------
+# cloud-init writes boot-finished at the very end of its final stage, after runcmd.
+CLOUD_BOOT_FINISHED=/var/lib/cloud/instance/boot-finished
+SEAL_NOT_YET=75 # EX_TEMPFAIL: ask again later
+
+builder_seal() {
+	result=$(sed -n 's/^[^[]*"result":"\([a-z]*\)".*/\1/p' "$PREBAKE_STATUS" 2>/dev/null) || result=
+	case "$result" in
+	ok | failed) ;;
+	*)
+		echo "prebake-builder: not yet: the install step has no result (${result:-no status file})" >&2
+		return $SEAL_NOT_YET
+		;;
+	esac
+	if [ ! -e "$CLOUD_BOOT_FINISHED" ]; then
+		echo "prebake-builder: not yet: cloud-init's final stage has not finished ($CLOUD_BOOT_FINISHED)" >&2
+		return $SEAL_NOT_YET
+	fi
+	builder_cleanup >&2
+	builder_report >&2
+	cat "$BUILD_REPORT"
+}
+
+# The guest attribute a GCE builder's report goes to; PREBAKE_METADATA_URL is for tests.
+GCE_REPORT_ATTRIBUTE=computeMetadata/v1/instance/guest-attributes/prebake/report
+
+put_gce_guest_attribute() { # file
+	url="${PREBAKE_METADATA_URL:-http://metadata.google.internal}/$GCE_REPORT_ATTRIBUTE"
+	for _ in 1 2 3 4 5; do
+		if curl -fsS -X PUT -H 'Metadata-Flavor: Google' --data-binary "@$1" "$url"; then return 0; fi
+		sleep 2
+	done
+	return 1
+}
+
+# seal_wait runs seal until it goes ahead (at most SEAL_WAIT_TRIES times, 2 s apart), then
+# hands the report to the transport.
+builder_seal_wait() { # transport
+	tries=${SEAL_WAIT_TRIES:-5400}
+	report_out=/run/prebake-build-report.json
+	while :; do
+		rc=0
+		builder_seal >"$report_out.tmp" || rc=$?
+		[ "$rc" = "$SEAL_NOT_YET" ] || break
+		tries=$((tries - 1))
+		if [ "$tries" -le 0 ]; then
+			echo "prebake-builder: gave up waiting for the install step and cloud-init" >&2
+			return 1
+		fi
+		sleep 2
+	done
+	if [ "$rc" != 0 ]; then
+		echo "prebake-builder: seal failed (exit $rc)" >&2
+		return "$rc"
+	fi
+	mv -f "$report_out.tmp" "$report_out"
+	case "$1" in
+	gce-guest-attributes) put_gce_guest_attribute "$report_out" ;;
+	*)
+		echo "prebake-builder: unknown report transport '$1'" >&2
+		return 2
+		;;
+	esac
+	echo "prebake-builder: report handed to $1" >&2
+}
+
+# seal_later starts seal_wait outside cloud-init, which must finish before seal goes ahead: a
+# transient systemd unit where systemd runs, else a process of its own session. Its output
+# goes to /run (not /var/log, which is in the image).
+builder_seal_later() { # transport
+	case "$1" in
+	gce-guest-attributes) ;;
+	*)
+		echo "prebake-builder: seal-later: unknown report transport '$1': want gce-guest-attributes" >&2
+		return 2
+		;;
+	esac
+	if command -v systemd-run >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		systemd-run --unit=prebake-builder-seal --no-block --collect sh "$0" seal-wait "$1"
+	else
+		setsid sh "$0" seal-wait "$1" </dev/null >>/run/prebake-builder-seal.log 2>&1 &
+	fi
+	echo "prebake-builder: seal-wait $1 started"
 }
 
 # Each step runs from a function defined in full before it is called, with stdin from
@@ -199,6 +299,9 @@ install)
 	;;
 cleanup) builder_cleanup </dev/null ;;
 report) builder_report </dev/null ;;
+seal) builder_seal </dev/null ;;
+seal-wait) builder_seal_wait "${2:-}" </dev/null ;;
+seal-later) builder_seal_later "${2:-}" </dev/null ;;
 all)
 	# Standalone (`sh -s` over SSH): all three steps; a failed install is reported, not fatal.
 	# The subshell is not on the left of || because set -e is ignored there.
@@ -215,7 +318,7 @@ all)
 	builder_report </dev/null
 	;;
 *)
-	echo "prebake-builder: unknown step '$1': want install, cleanup, report or none for all three" >&2
+	echo "prebake-builder: unknown step '$1': want install, cleanup, report, seal, seal-wait TRANSPORT, seal-later TRANSPORT, or none for install, cleanup and report" >&2
 	exit 2
 	;;
 esac

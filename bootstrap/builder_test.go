@@ -44,6 +44,7 @@ func TestRenderBuilderRejectsInvalidInputNamingTheField(t *testing.T) {
 		{"sysctl", func(in *BuilderInput) { in.Sysctls = map[string]string{"net.ipv4.ip_forward": "1; reboot"} }, "sysctls:"},
 		{"module", func(in *BuilderInput) { in.Modules = []string{"br netfilter"} }, `modules: "br netfilter"`},
 		{"lock wait", func(in *BuilderInput) { in.DpkgLockWait = -1 }, "options.dpkgLockWait"},
+		{"report", func(in *BuilderInput) { in.Report = "labels" }, `report "labels"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,26 +66,41 @@ func TestRenderBuilderRejectsInvalidInputNamingTheField(t *testing.T) {
 // builder's user-data carries nothing of a node's join (no token, no join configuration).
 func TestRenderBuilderCloudConfig(t *testing.T) {
 	t.Parallel()
+	install := []string{"sh", BuilderScriptPath, "install"}
+	for _, tc := range []struct {
+		provider, report string
+		runcmd           [][]string
+	}{
+		{provider: "hcloud", runcmd: [][]string{install}},
+		{provider: "gce", runcmd: [][]string{install, {"sh", BuilderScriptPath, "seal-later", "gce-guest-attributes"}}},
+		{provider: "gce", report: ReportOverSSH, runcmd: [][]string{install}},
+		{provider: "hcloud", report: ReportToGCEGuestAttribute, runcmd: [][]string{install, {"sh", BuilderScriptPath, "seal-later", "gce-guest-attributes"}}},
+	} {
+		in := validBuilderInput()
+		in.Provider, in.Report = tc.provider, tc.report
+		ud, err := RenderBuilder(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cc cloudConfig
+		body, ok := strings.CutPrefix(string(ud.CloudConfig), "#cloud-config\n")
+		if !ok {
+			t.Fatalf("user-data does not start with #cloud-config:\n%.80s", ud.CloudConfig)
+		}
+		if err := yaml.Unmarshal([]byte(body), &cc); err != nil {
+			t.Fatalf("cloud-config is not YAML: %v", err)
+		}
+		want := cloudConfig{
+			WriteFiles: []writeFile{{Path: BuilderScriptPath, Owner: "root:root", Permissions: "0700", Content: string(ud.Script)}},
+			RunCmd:     tc.runcmd,
+		}
+		if diff := cmp.Diff(want, cc); diff != "" {
+			t.Errorf("%s builder, report %q: cloud-config (-want +got):\n%s", tc.provider, tc.report, diff)
+		}
+	}
 	ud, err := RenderBuilder(validBuilderInput())
 	if err != nil {
 		t.Fatal(err)
-	}
-	var cc cloudConfig
-	body, ok := strings.CutPrefix(string(ud.CloudConfig), "#cloud-config\n")
-	if !ok {
-		t.Fatalf("user-data does not start with #cloud-config:\n%.80s", ud.CloudConfig)
-	}
-	if err := yaml.Unmarshal([]byte(body), &cc); err != nil {
-		t.Fatalf("cloud-config is not YAML: %v", err)
-	}
-	want := cloudConfig{
-		WriteFiles: []writeFile{{Path: BuilderScriptPath, Owner: "root:root", Permissions: "0700", Content: string(ud.Script)}},
-		RunCmd: [][]string{
-			{"sh", BuilderScriptPath, "install"}, {"sh", BuilderScriptPath, "cleanup"}, {"sh", BuilderScriptPath, "report"},
-		},
-	}
-	if diff := cmp.Diff(want, cc); diff != "" {
-		t.Errorf("cloud-config (-want +got):\n%s", diff)
 	}
 	// node.sh's join functions are in the script, but nothing generated feeds them and the
 	// builder's steps never call them.
@@ -339,16 +355,25 @@ func FuzzBuilder(f *testing.F) {
 func TestBuilderCloudInitSchema(t *testing.T) {
 	t.Parallel()
 	ci := requireCommand(t, "cloud-init", "apt-get install cloud-init")
-	ud, err := RenderBuilder(validBuilderInput())
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := t.TempDir() + "/user-data"
-	if err := os.WriteFile(path, ud.CloudConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(ci, "schema", "--config-file", path).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "Valid cloud-config") {
-		t.Fatalf("cloud-init schema --config-file: %v\n%s", err, out)
+	for _, provider := range []string{"hcloud", "gce"} {
+		in := validBuilderInput()
+		in.Provider = provider
+		ud, err := RenderBuilder(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Hetzner's builder boots with prebake's SSH access merged in.
+		userData, err := WithSSHAccess(ud.CloudConfig, testSSHAccess(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := t.TempDir() + "/user-data"
+		if err := os.WriteFile(path, userData, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(ci, "schema", "--config-file", path).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Valid cloud-config") {
+			t.Fatalf("%s builder: cloud-init schema --config-file: %v\n%s", provider, err, out)
+		}
 	}
 }

@@ -31,11 +31,16 @@ type BuilderState struct {
 	ID     string
 	Status string // the provider's word, for progress output
 	Labels map[string]string
+	// Address is the builder's public address, where its provider reaches
+	// it for the report; "" until it has one.
+	Address string
 }
 
-// BuildAPI is what Build needs of a provider on top of ImageAPI. The
-// builder reports by labelling its own server (LabelReport and the manifest
-// and hygiene labels; see docs/images.md), so Builder's Labels carry it.
+// BuildAPI is what Build needs of a provider on top of ImageAPI. A builder
+// has no credentials of the cloud's, so it cannot label its own server:
+// each provider fetches the report from where its builders can leave it
+// (Hetzner: over SSH, logging in with a key made for that builder; GCE: a
+// guest attribute the builder writes through the metadata server).
 type BuildAPI interface {
 	ImageAPI
 	ImageGetter
@@ -44,12 +49,21 @@ type BuildAPI interface {
 	BootBuilder(ctx context.Context, spec BuilderSpec) (BuilderState, error)
 	// Builder reads the builder; a missing one wraps ErrNotFound.
 	Builder(ctx context.Context, id string) (BuilderState, error)
+	// BuilderReport fetches the builder's report: the JSON bootstrap's
+	// builder script writes (see DecodeReport). ok is false while the
+	// builder has none yet. An error is retried until the build's timeout,
+	// unless it wraps ErrBuilderUnusable.
+	BuilderReport(ctx context.Context, b BuilderState) (report []byte, ok bool, err error)
 	// Snapshot shuts the builder down, images its disk with the
 	// description and labels, and returns once the image is available.
 	Snapshot(ctx context.Context, builderID, description string, labels map[string]string) (CloudImage, error)
 	// DeleteBuilder deletes the builder; one already gone is not an error.
 	DeleteBuilder(ctx context.Context, id string) error
 }
+
+// ErrBuilderUnusable is wrapped by a BuilderReport error that waiting cannot
+// mend (a builder whose report can never be fetched): the build stops.
+var ErrBuilderUnusable = errors.New("builder unusable")
 
 // BuildSpec is one image to build: what the name says, where it lives in
 // the catalog, what to boot and what to install.
@@ -310,19 +324,27 @@ func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptio
 			tick(BuilderState{Status: "unreadable (" + err.Error() + ")"}, time.Since(began))
 		}
 		if err == nil {
-			r, ok, err := ParseReport(st.Labels)
-			if err != nil {
-				return Report{}, fmt.Errorf("builder %s: %w", id, err)
-			}
-			if ok {
+			data, ok, rerr := api.BuilderReport(ctx, st)
+			switch {
+			case errors.Is(rerr, ErrBuilderUnusable):
+				return Report{}, fmt.Errorf("builder %s: %w", id, rerr)
+			case rerr != nil && ctx.Err() == nil:
+				lastErr = rerr
+				tick(BuilderState{Status: st.Status + ", report unreadable (" + rerr.Error() + ")"}, time.Since(began))
+			case rerr == nil && ok:
+				r, err := DecodeReport(data)
+				if err != nil {
+					return Report{}, fmt.Errorf("builder %s: %w", id, err)
+				}
 				return r, nil
+			case rerr == nil:
+				tick(st, time.Since(began))
 			}
-			tick(st, time.Since(began))
 		}
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				err := fmt.Errorf("builder %s wrote no report (label %s) within %s: check its console log; raise --timeout if the install is slow", id, LabelReport, opts.Timeout)
+				err := fmt.Errorf("builder %s gave no report within %s: check its console log; raise --timeout if the install is slow", id, opts.Timeout)
 				if lastErr != nil {
 					err = fmt.Errorf("%w (last read error: %w)", err, lastErr)
 				}

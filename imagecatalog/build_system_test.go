@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,7 +20,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/prebake-dev/prebake/bootstrap"
@@ -26,6 +27,7 @@ import (
 	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers/hcloud"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
 )
 
 // sandboxApt maps each default component that bookworm main ships to its Debian package:
@@ -114,12 +116,11 @@ func readBuildReport(root string) (imagecatalog.Report, error) {
 
 // sandboxAgent is the provider, plus a builder VM played by a real Debian root filesystem:
 // when a builder boots, the agent takes the user-data the fake received and does what
-// cloud-init would (write_files, then each runcmd entry, going on after a failed one) in a
-// chroot. The user-data is bootstrap's builder script, so its install, cleanup and report
-// steps are the shipped code. The agent keeps only the transport role: it reads the report
-// file the script wrote and labels the server with it through the real API, where Build
-// reads it (docs/images.md: on a real builder that transport is still open). It works in
-// the background, as a VM does, while Build polls.
+// cloud-init would (write_files, then each runcmd entry, going on after a failed one, then
+// boot-finished) in a chroot. The user-data is bootstrap's builder with prebake's SSH access
+// merged in. Build then logs in through the provider's real SSH client to a stand-in sshd
+// (builderssh), whose shell runs the shipped seal step in the same chroot: the report Build
+// reads is the one the script printed. The VM works in the background while Build polls.
 type sandboxAgent struct {
 	*hcloud.Provider
 	cloud buildCloud
@@ -128,24 +129,24 @@ type sandboxAgent struct {
 	// cancel ends the Build when the sandbox itself breaks, so it does not wait out its
 	// timeout for a report that will never come.
 	cancel context.CancelFunc
-	// booted is set when a builder booted; done then receives what it did.
+	// booted is set when a builder booted; done then receives what its cloud-init did.
 	booted bool
 	done   chan sandboxRun
 }
 
-// sandboxHooks change the builder's filesystem between its steps (after the runcmd entry of
-// the install step, after the cleanup step's), as a broken script or a stray process would.
+// sandboxHooks change the builder's filesystem: after the install step's runcmd entry, and
+// between the seal's cleanup and report (as a broken script or a stray process would; seal
+// then runs as its two steps, cleanup and report, with the hook between).
 type sandboxHooks struct {
 	afterInstall, afterCleanup func(root string) error
 }
 
-// sandboxRun is what the builder VM did.
+// sandboxRun is what the builder VM's cloud-init did.
 type sandboxRun struct {
-	install, report time.Duration
-	status          string // of the install step: done or failed
-	out             []byte // the user-data's output
-	labels          map[string]string
-	err             error // the sandbox itself broke (not the user-data)
+	install time.Duration
+	status  string // of the install step: done or failed
+	out     []byte // the user-data's output
+	err     error  // the sandbox itself broke (not the user-data)
 }
 
 func (a *sandboxAgent) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpec) (imagecatalog.BuilderState, error) {
@@ -161,7 +162,7 @@ func (a *sandboxAgent) BootBuilder(ctx context.Context, spec imagecatalog.Builde
 	}
 	a.booted = true
 	go func() {
-		r := a.run(context.WithoutCancel(ctx), st.ID, userData)
+		r := a.run(st.ID, userData)
 		if r.err != nil {
 			a.cancel()
 		}
@@ -170,7 +171,7 @@ func (a *sandboxAgent) BootBuilder(ctx context.Context, spec imagecatalog.Builde
 	return st, nil
 }
 
-func (a *sandboxAgent) run(ctx context.Context, id, userData string) (res sandboxRun) {
+func (a *sandboxAgent) run(id, userData string) (res sandboxRun) {
 	if userData == "" {
 		res.err = fmt.Errorf("builder %s: the fake received no user-data", id)
 		return res
@@ -179,11 +180,14 @@ func (a *sandboxAgent) run(ctx context.Context, id, userData string) (res sandbo
 	// instance state.
 	for path, content := range map[string]string{
 		"etc/machine-id": "0123456789abcdef0123456789abcdef\n", "etc/ssh/ssh_host_ed25519_key": "first-boot host key\n",
-		"var/lib/cloud/instances/" + id + "/boot-finished": "", "var/lib/cloud/data/instance-id": id + "\n",
+		"var/lib/cloud/data/instance-id": id + "\n",
 	} {
 		if res.err = writeRootFile(a.root, path, content, 0o600); res.err != nil {
 			return res
 		}
+	}
+	if res.err = os.MkdirAll(filepath.Join(a.root, "var/lib/cloud/instances", id), 0o755); res.err != nil {
+		return res
 	}
 	if res.err = os.Symlink("/var/lib/cloud/instances/"+id, filepath.Join(a.root, "var/lib/cloud/instance")); res.err != nil {
 		return res
@@ -215,75 +219,62 @@ func (a *sandboxAgent) run(ctx context.Context, id, userData string) (res sandbo
 			return res
 		}
 	}
-	// runcmd: bootstrap's builder runs one step per entry (bootstrap.BuilderSteps); the hooks
-	// run between them. cloud-init goes on after a failed entry.
-	var steps []string
+	if d := cmp.Diff(bootstrap.BuilderRunCmd(bootstrap.ReportOverSSH), cc.RunCmd); d != "" {
+		res.err = fmt.Errorf("builder runcmd (-bootstrap.BuilderRunCmd +user-data):\n%s", d)
+		return res
+	}
 	for _, argv := range cc.RunCmd {
-		if len(argv) == 0 {
-			res.err = fmt.Errorf("builder %s: an empty runcmd entry", id)
-			return res
-		}
-		step := argv[len(argv)-1]
-		steps = append(steps, step)
-		if step == "cleanup" {
-			res.install = time.Since(began)
-			began = time.Now()
-		}
 		out, err := rootfstest.Cmd(a.root, nil, argv...).CombinedOutput()
 		res.out = append(res.out, out...)
-		switch {
-		case step == "install":
-			res.status = map[bool]string{true: "done", false: "failed"}[err == nil]
-			if h := a.hooks.afterInstall; h != nil {
-				if res.err = h(a.root); res.err != nil {
-					return res
-				}
-			}
-		case err != nil:
-			// The cleanup and report steps end well whatever they find: a failure is the
-			// shipped script's own bug.
-			res.err = fmt.Errorf("builder step %q: %w\n%s", step, err, out)
+		res.status = map[bool]string{true: "done", false: "failed"}[err == nil]
+	}
+	res.install = time.Since(began)
+	if h := a.hooks.afterInstall; h != nil {
+		if res.err = h(a.root); res.err != nil {
 			return res
-		case step == "cleanup":
-			if h := a.hooks.afterCleanup; h != nil {
-				if res.err = h(a.root); res.err != nil {
-					return res
-				}
-			}
 		}
 	}
-	if d := cmp.Diff(bootstrap.BuilderSteps, steps); d != "" {
-		res.err = fmt.Errorf("builder runcmd steps (-bootstrap.BuilderSteps +user-data):\n%s", d)
-		return res
-	}
-	report, err := readBuildReport(a.root)
-	if err != nil {
-		res.err = err
-		return res
-	}
-	if report.Status != res.status {
-		res.err = fmt.Errorf("the report says %q, but the install step ended %s", report.Status, res.status)
-		return res
-	}
-	res.report = time.Since(began)
-	if res.labels, res.err = imagecatalog.ReportLabels(report); res.err != nil {
-		return res
-	}
-
-	// The transport: the agent labels the builder's server with the report. A real builder
-	// has no token to do this (docs/images.md, "What is left").
-	n, _ := strconv.ParseInt(id, 10, 64)
-	srv, _, err := a.cloud.agent.Server.GetByID(ctx, n)
-	if err != nil || srv == nil {
-		res.err = fmt.Errorf("builder %s: read own server: %v", id, err)
-		return res
-	}
-	labels := maps.Clone(res.labels)
-	maps.Copy(labels, srv.Labels)
-	if _, _, err := a.cloud.agent.Server.Update(ctx, srv, hc.ServerUpdateOpts{Labels: labels}); err != nil {
-		res.err = fmt.Errorf("builder %s: label own server: %w", id, err)
-	}
+	// cloud-init's final stage ends: only now may seal go ahead.
+	res.err = writeRootFile(a.root, "var/lib/cloud/instances/"+id+"/boot-finished", "", 0o644)
 	return res
+}
+
+// seal is the builder's shell as the stand-in sshd runs it: the command in the chroot.
+func (a *sandboxAgent) seal(_ hcloudfake.Server, command string, stdout, stderr io.Writer) int {
+	if command != bootstrap.BuilderSealCommand {
+		fmt.Fprintf(stderr, "the sandbox runs only %q, not %q\n", bootstrap.BuilderSealCommand, command)
+		return 127
+	}
+	run := func(out io.Writer, argv ...string) int {
+		cmd := rootfstest.Cmd(a.root, nil, argv...)
+		cmd.Stdout, cmd.Stderr = out, stderr
+		var ee *exec.ExitError
+		if err := cmd.Run(); errors.As(err, &ee) {
+			return ee.ExitCode()
+		} else if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		return 0
+	}
+	if a.hooks.afterCleanup == nil {
+		return run(stdout, strings.Fields(command)...)
+	}
+	// The shipped seal's own waiting first, with its output thrown away.
+	if code := run(io.Discard, "sh", "-c", "[ -e /var/lib/cloud/instance/boot-finished ] || exit 75"); code != 0 {
+		return code
+	}
+	if code := run(stderr, "sh", bootstrap.BuilderScriptPath, "cleanup"); code != 0 {
+		return code
+	}
+	if err := a.hooks.afterCleanup(a.root); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if code := run(stderr, "sh", bootstrap.BuilderScriptPath, "report"); code != 0 {
+		return code
+	}
+	return run(stdout, "cat", bootstrap.BuildReportPath)
 }
 
 func writeRootFile(root, path, content string, mode os.FileMode) error {
@@ -319,6 +310,7 @@ type sandboxBuild struct {
 	cloud    buildCloud
 	spec     imagecatalog.BuildSpec
 	store    imagecatalog.FileStore
+	logins   int // to the builder, over SSH
 }
 
 // runSandboxBuild builds the recipe, changed first by request when that is set, with hooks
@@ -330,10 +322,11 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	if request != nil {
 		request(comps)
 	}
-	cloud := newBuildCloud(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	agent := &sandboxAgent{Provider: cloud.p, cloud: cloud, root: root, hooks: hooks, cancel: cancel, done: make(chan sandboxRun, 1)}
+	agent := &sandboxAgent{root: root, hooks: hooks, cancel: cancel, done: make(chan sandboxRun, 1)}
+	cloud := newBuildCloudExec(t, agent.seal)
+	agent.Provider, agent.cloud = cloud.p, cloud
 	sb := sandboxBuild{root: root, cloud: cloud, spec: sandboxSpec(comps, builderUserData(t, comps)),
 		store: imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}}
 	var progress bytes.Buffer
@@ -345,12 +338,15 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	if !agent.booted {
 		t.Fatalf("Build booted no builder: %v\nprogress:\n%s", sb.err, sb.progress)
 	}
-	sb.run = <-agent.done // the builder labels its server, then reports here
+	sb.run = <-agent.done
 	if sb.run.err != nil {
 		t.Fatalf("the sandbox builder broke: %v\nuser-data output:\n%s", sb.run.err, rootfstest.Tail(sb.run.out))
 	}
-	t.Logf("sandbox build: %.1f s in Build; the builder's install step (runtime install) %.1f s, its cleanup and report steps %.1f s; install result %s",
-		elapsed.Seconds(), sb.run.install.Seconds(), sb.run.report.Seconds(), sb.run.status)
+	for _, s := range cloud.fake.Servers() {
+		sb.logins += cloud.sshd.Logins(s.ID)
+	}
+	t.Logf("sandbox build: %.1f s in Build; the builder's install step (runtime install) %.1f s; install result %s; %d SSH logins",
+		elapsed.Seconds(), sb.run.install.Seconds(), sb.run.status, sb.logins)
 	return sb
 }
 
@@ -369,9 +365,14 @@ func TestBuildObservesTheSandbox(t *testing.T) {
 	if !res.Built || res.Image.ID == "" {
 		t.Fatalf("build result %+v, want a built image", res)
 	}
-	observed, ok, err := imagecatalog.ParseReport(run.labels)
-	if err != nil || !ok {
-		t.Fatalf("the builder's labels hold no report (%v): %v", err, run.labels)
+	// The report Build verified came over SSH from the shipped seal step, which left the
+	// same report in the image.
+	observed, err := readBuildReport(sb.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.logins == 0 {
+		t.Error("Build never logged in to the builder")
 	}
 
 	// What the sandbox observed is the whole default set, and it is what is in the
@@ -426,8 +427,8 @@ func TestBuildObservesTheSandbox(t *testing.T) {
 	for _, n := range slices.Sorted(maps.Keys(im.Manifest.Components)) {
 		fmt.Fprintf(&b, "| %s | %s |\n", n, im.Manifest.Components[n])
 	}
-	fmt.Fprintf(&b, "\nsandbox build: install step (runtime install) %.1f s, cleanup and report %.1f s, kubelet/kubeadm %s\n",
-		run.install.Seconds(), run.report.Seconds(), cluster.KubernetesVersion)
+	fmt.Fprintf(&b, "\nsandbox build: install step (runtime install) %.1f s, kubelet/kubeadm %s\n",
+		run.install.Seconds(), cluster.KubernetesVersion)
 	t.Log(b.String())
 }
 

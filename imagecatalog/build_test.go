@@ -3,89 +3,90 @@ package imagecatalog_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
 
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake/builderssh"
 )
 
 // buildCloud is the Hetzner fake, the real provider in front of it, and a
-// second client that plays the builder VM.
+// stand-in sshd (builderssh) that plays the builder VM behind the address the
+// fake gave it.
 type buildCloud struct {
 	fake  *hcloudfake.Fake
 	p     *hcloud.Provider
-	agent *hc.Client
+	sshd  *builderssh.Sshd
 	clock *hcloudfake.Clock
 }
 
-func newBuildCloud(t *testing.T) buildCloud {
+// builderPlay is how the stand-in builder behaves: tamper changes its report
+// first (a wrong version, a leftover host key); a silent builder never
+// reports.
+type builderPlay struct {
+	tamper func(*imagecatalog.Report)
+	silent bool
+}
+
+func newBuildCloud(t *testing.T, play builderPlay) buildCloud {
+	t.Helper()
+	notYet := 2
+	if play.silent {
+		notYet = math.MaxInt
+	}
+	return newBuildCloudExec(t, builderssh.Sealer(notYet, func(s hcloudfake.Server) ([]byte, error) {
+		r := reportFor(s.UserData)
+		if play.tamper != nil {
+			play.tamper(&r)
+		}
+		return json.Marshal(r)
+	}))
+}
+
+// newBuildCloudExec is a buildCloud whose builders' shell is exec.
+func newBuildCloudExec(t *testing.T, exec builderssh.Exec) buildCloud {
 	t.Helper()
 	clk := hcloudfake.NewClock(time.Date(2026, 11, 30, 15, 4, 0, 0, time.UTC))
 	f := hcloudfake.New(hcloudfake.Options{Now: clk.Now, Token: "test-token"})
 	t.Cleanup(f.Close)
-	p, err := hcloud.New(hcloud.Options{Token: "test-token", Endpoint: f.URL(), Cluster: "test", MaxRetries: -1})
+	sshd := builderssh.New(f, exec)
+	t.Cleanup(sshd.Close)
+	p, err := hcloud.New(hcloud.Options{Token: "test-token", Endpoint: f.URL(), Cluster: "test", MaxRetries: -1, BuilderDial: sshd.Dial})
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := hc.NewClient(hc.WithEndpoint(f.URL()), hc.WithToken("test-token"))
-	return buildCloud{f, p, agent, clk}
+	return buildCloud{f, p, sshd, clk}
 }
 
 // builderScript is the runtime-install user-data of the tests: an apt-get
-// line the builder agent reads back from what the fake received.
+// line the stand-in builder reads back from what the fake received.
 func builderScript(versions map[string]string) []byte {
 	var b strings.Builder
-	b.WriteString("#!/bin/sh\nset -eu\napt-get install -y")
+	b.WriteString("#cloud-config\nruncmd:\n  - [sh, -c, 'apt-get install -y")
 	for _, c := range slices.Sorted(maps.Keys(versions)) {
 		b.WriteString(" " + c + "=" + versions[c])
 	}
-	b.WriteString("\n")
+	b.WriteString("']\n")
 	return []byte(b.String())
 }
 
 var aptPin = regexp.MustCompile(`([a-z0-9.+-]+)=([0-9A-Za-z.+~:_-]+)`)
 
-// agentAPI is the provider, plus a stand-in for the builder VM: when a
-// builder boots, the agent reads the user-data the fake received, "installs"
-// what it pins, and labels the server with its report through the real API,
-// as the builder's report step does. tamper changes the report first (a
-// wrong version, a leftover host key); silent builders never report.
-type agentAPI struct {
-	*hcloud.Provider
-	t      *testing.T
-	cloud  buildCloud
-	tamper func(*imagecatalog.Report)
-	silent bool
-	boots  int
-}
-
-func (a *agentAPI) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpec) (imagecatalog.BuilderState, error) {
-	st, err := a.Provider.BootBuilder(ctx, spec)
-	if err != nil || a.silent {
-		return st, err
-	}
-	a.boots++
-	var userData string
-	for _, s := range a.cloud.fake.Servers() {
-		if strconv.FormatInt(s.ID, 10) == st.ID {
-			userData = s.UserData
-		}
-	}
-	if userData == "" {
-		a.t.Errorf("builder %s: the fake received no user-data", st.ID)
-	}
+// reportFor is the report of a builder that installed exactly what its
+// user-data pins and passed every hygiene check.
+func reportFor(userData string) imagecatalog.Report {
 	observed := imagecatalog.Manifest{Components: map[string]string{}, Sysctls: maps.Clone(imagecatalog.DefaultSysctls),
 		Modules: slices.Clone(imagecatalog.DefaultModules), UnattendedUpgradesDisabled: true}
 	for _, m := range aptPin.FindAllStringSubmatch(userData, -1) {
@@ -95,23 +96,7 @@ func (a *agentAPI) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpe
 	for _, c := range imagecatalog.HygieneChecks {
 		r.Hygiene[c] = true
 	}
-	if a.tamper != nil {
-		a.tamper(&r)
-	}
-	labels, err := imagecatalog.ReportLabels(r)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	id, _ := strconv.ParseInt(st.ID, 10, 64)
-	srv, _, err := a.cloud.agent.Server.GetByID(ctx, id)
-	if err != nil {
-		return st, err
-	}
-	maps.Copy(labels, srv.Labels)
-	if _, _, err := a.cloud.agent.Server.Update(ctx, srv, hc.ServerUpdateOpts{Labels: labels}); err != nil {
-		return st, err
-	}
-	return st, nil
+	return r
 }
 
 func buildSpec(versions map[string]string) imagecatalog.BuildSpec {
@@ -138,8 +123,8 @@ func snapshots(t *testing.T, p *hcloud.Provider) []imagecatalog.CloudImage {
 func TestBuildPublishesVerifiedCandidateAndRebuildIsNoOp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cloud := newBuildCloud(t)
-	api := &agentAPI{Provider: cloud.p, t: t, cloud: cloud}
+	cloud := newBuildCloud(t, builderPlay{})
+	api := cloud.p
 	store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
 	spec := buildSpec(exactVersions())
 	var progress bytes.Buffer
@@ -272,8 +257,8 @@ func TestBuildFailsVerification(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			cloud := newBuildCloud(t)
-			api := &agentAPI{Provider: cloud.p, t: t, cloud: cloud, tamper: tt.tamper}
+			cloud := newBuildCloud(t, builderPlay{tamper: tt.tamper})
+			api := cloud.p
 			store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
 			var progress bytes.Buffer
 			_, err := imagecatalog.Build(ctx, api, store, buildSpec(exactVersions()), fastBuild(cloud.clock, &progress))
@@ -302,15 +287,15 @@ func TestBuildFailsVerification(t *testing.T) {
 
 func TestBuildTimesOutWithoutReport(t *testing.T) {
 	t.Parallel()
-	cloud := newBuildCloud(t)
-	api := &agentAPI{Provider: cloud.p, t: t, cloud: cloud, silent: true}
+	cloud := newBuildCloud(t, builderPlay{silent: true})
+	api := cloud.p
 	store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
 	var progress bytes.Buffer
 	opts := fastBuild(cloud.clock, &progress)
 	opts.Timeout = 50 * time.Millisecond
 	_, err := imagecatalog.Build(context.Background(), api, store, buildSpec(exactVersions()), opts)
-	if err == nil || !strings.Contains(err.Error(), "wrote no report (label prebake.dev/report)") {
-		t.Fatalf("build of a silent builder: %v, want a timeout naming the report label", err)
+	if err == nil || !strings.Contains(err.Error(), "gave no report within 50ms") {
+		t.Fatalf("build of a silent builder: %v, want a timeout saying so", err)
 	}
 	if !strings.Contains(progress.String(), "waiting for its report") {
 		t.Errorf("no progress while waiting:\n%s", progress.String())
@@ -322,8 +307,8 @@ func TestBuildTimesOutWithoutReport(t *testing.T) {
 
 func TestBuildDryRunBootsNothing(t *testing.T) {
 	t.Parallel()
-	cloud := newBuildCloud(t)
-	api := &agentAPI{Provider: cloud.p, t: t, cloud: cloud}
+	cloud := newBuildCloud(t, builderPlay{})
+	api := cloud.p
 	store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
 	var progress bytes.Buffer
 	opts := fastBuild(cloud.clock, &progress)
@@ -355,8 +340,8 @@ func (c *countingCanary) String() string { return "test canary" }
 func TestRefresh(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cloud := newBuildCloud(t)
-	api := &agentAPI{Provider: cloud.p, t: t, cloud: cloud}
+	cloud := newBuildCloud(t, builderPlay{})
+	api := cloud.p
 	store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
 	var progress bytes.Buffer
 	v1 := exactVersions()
@@ -395,8 +380,8 @@ func TestRefresh(t *testing.T) {
 	if err != nil || !res[0].Promoted || res[0].Built || stable() != first {
 		t.Fatalf("refresh with a passing canary = %+v, %v, stable %q want %s", res[0], err, stable(), first)
 	}
-	if api.boots != 1 {
-		t.Errorf("%d builders booted so far, want 1", api.boots)
+	if n := cloud.fake.Calls("POST", "/servers"); n != 1 {
+		t.Errorf("%d builders booted so far, want 1", n)
 	}
 
 	// 4. Nothing changed: no build, no canary run.

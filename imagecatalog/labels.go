@@ -34,12 +34,6 @@ const (
 	labelModulePrefix = "prebake.dev/module-"
 	// LabelUnattendedUpgrades is "disabled" or "enabled".
 	LabelUnattendedUpgrades = "prebake.dev/unattended-upgrades"
-	// LabelReport is set by the builder on its own server when it has
-	// written its report: "done", or "failed" when its install script
-	// failed.
-	LabelReport = "prebake.dev/report"
-	// labelHygienePrefix + check: "pass" or "fail".
-	labelHygienePrefix = "prebake.dev/hygiene-"
 	// LabelBuilder marks a builder server; the value is the inputs hash it
 	// builds, so a leaked builder can be found and deleted by label.
 	LabelBuilder = "prebake.dev/builder"
@@ -57,18 +51,20 @@ const (
 
 // Hygiene checks a builder reports; each must be "pass".
 var HygieneChecks = []string{
-	"ssh-host-keys",    // /etc/ssh/ssh_host_* removed
-	"machine-id",       // /etc/machine-id empty or "uninitialized"
-	"cloud-init-state", // no /var/lib/cloud/instance(s), data/instance-id
-	"apt-cache",        // /var/cache/apt/archives/*.deb and /var/lib/apt/lists/* removed
+	"ssh-host-keys",       // /etc/ssh/ssh_host_* removed
+	"machine-id",          // /etc/machine-id empty or "uninitialized"
+	"cloud-init-state",    // no /var/lib/cloud/instance(s), data/instance-id
+	"ssh-authorized-keys", // no /root/.ssh/authorized_keys, /home/*/.ssh/authorized_keys
+	"apt-cache",           // /var/cache/apt/archives/*.deb and /var/lib/apt/lists/* removed
 }
 
 // hygieneFix says how to fix each failed check, for the error message.
 var hygieneFix = map[string]string{
-	"ssh-host-keys":    "remove /etc/ssh/ssh_host_* before the snapshot, or every node shares host keys",
-	"machine-id":       "truncate /etc/machine-id, or every node shares one machine id",
-	"cloud-init-state": "run `cloud-init clean --logs`, or cloud-init skips its first boot on nodes",
-	"apt-cache":        "run `apt-get clean && rm -rf /var/lib/apt/lists/*`",
+	"ssh-host-keys":       "remove /etc/ssh/ssh_host_* before the snapshot, or every node shares host keys",
+	"machine-id":          "truncate /etc/machine-id, or every node shares one machine id",
+	"cloud-init-state":    "run `cloud-init clean --logs`, or cloud-init skips its first boot on nodes",
+	"ssh-authorized-keys": "remove /root/.ssh/authorized_keys and /home/*/.ssh/authorized_keys, or whoever built the image can log in to every node",
+	"apt-cache":           "run `apt-get clean && rm -rf /var/lib/apt/lists/*`",
 }
 
 var labelValue = regexp.MustCompile(`^(([a-z0-9A-Z][-a-z0-9_.A-Z]*)?[a-z0-9A-Z])?$`)

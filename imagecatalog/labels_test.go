@@ -1,6 +1,7 @@
 package imagecatalog
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -106,21 +107,25 @@ func TestChannelLabelsAndReport(t *testing.T) {
 		t.Errorf("A's stable label = %q, want history-1 after the rollback (labels %v)", l["prebake.dev/channel-stable"], l)
 	}
 	r := Report{Status: "done", Observed: c.Images[0].Manifest, Hygiene: map[string]bool{"ssh-host-keys": true, "machine-id": false}}
-	rl, err := ReportLabels(r)
+	data, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, ok, err := ParseReport(rl)
-	if err != nil || !ok {
-		t.Fatalf("ParseReport: %v %v", ok, err)
+	back, err := DecodeReport(data)
+	if err != nil {
+		t.Fatalf("DecodeReport(%s): %v", data, err)
 	}
 	if d := cmp.Diff(r, back); d != "" {
 		t.Errorf("report round trip (-want +got):\n%s", d)
 	}
-	if _, ok, _ := ParseReport(map[string]string{"other": "x"}); ok {
-		t.Error("a server without the report label has a report")
-	}
-	if _, _, err := ParseReport(map[string]string{LabelReport: "maybe"}); err == nil {
-		t.Error("an unknown report status is accepted")
+	for _, bad := range []string{
+		`{"status":"maybe","observed":{},"hygiene":{}}`,
+		`{"status":"done","observed":{},"hygiene":{},"extra":1}`,
+		`{"status":"done"} {"status":"done"}`,
+		``,
+	} {
+		if _, err := DecodeReport([]byte(bad)); err == nil {
+			t.Errorf("DecodeReport(%q) accepted it", bad)
+		}
 	}
 }

@@ -1,10 +1,14 @@
 package imagecatalog
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func writeRecipeFiles(t *testing.T, recipe string) string {
@@ -85,24 +89,26 @@ func TestLoadRecipe(t *testing.T) {
 	}
 }
 
-// FuzzParseReport: any labels parse without panicking, and a report that
-// parses survives ReportLabels and ParseReport unchanged.
-func FuzzParseReport(f *testing.F) {
-	f.Add("done", "kubelet", "1_d34_d2-1_d1", "ssh-host-keys", "pass")
-	f.Add("failed", "x", "_u", "machine-id", "fail")
-	f.Fuzz(func(t *testing.T, status, pkg, ver, check, result string) {
-		l := map[string]string{LabelReport: status, labelPkgPrefix + pkg: ver, labelHygienePrefix + check: result}
-		r, ok, err := ParseReport(l)
-		if err != nil || !ok {
+// FuzzDecodeReport: any bytes decode without panicking, and a report that
+// decodes survives encoding and decoding again unchanged.
+func FuzzDecodeReport(f *testing.F) {
+	f.Add([]byte(`{"status":"done","observed":{"components":{"kubelet":"1.34.2-1.1"}},"hygiene":{"ssh-host-keys":true}}`))
+	f.Add([]byte(`{"status":"failed","observed":{},"hygiene":{}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := DecodeReport(data)
+		if err != nil {
 			return
 		}
-		rl, err := ReportLabels(r)
+		again, err := json.Marshal(r)
 		if err != nil {
-			return // e.g. a decoded version that no longer encodes to a valid value
+			t.Fatalf("a decoded report does not encode: %v", err)
 		}
-		back, _, err := ParseReport(rl)
-		if err != nil || back.Status != r.Status || len(back.Observed.Components) != len(r.Observed.Components) {
-			t.Fatalf("round trip of %v: %+v -> %+v, %v", l, r, back, err)
+		back, err := DecodeReport(again)
+		if err != nil {
+			t.Fatalf("%s decoded, but its encoding %s does not: %v", data, again, err)
+		}
+		if d := cmp.Diff(r, back, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("round trip of %s (-first +second):\n%s", data, d)
 		}
 	})
 }

@@ -1,6 +1,9 @@
 package imagecatalog
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,41 +22,24 @@ type Report struct {
 	Hygiene map[string]bool `json:"hygiene"`
 }
 
-// ReportLabels are the labels a builder writes on its own server. Tests use
-// it to play the builder; the builder script writes the same keys.
-func ReportLabels(r Report) (map[string]string, error) {
-	l, err := ManifestLabels(r.Observed)
-	if err != nil {
-		return nil, err
+// DecodeReport reads a builder's report strictly: an unknown field means the
+// builder script and this binary disagree about the shape, and a status other
+// than done or failed is no report. Every provider's transport (SSH on
+// Hetzner, a guest attribute on GCE) hands its bytes here.
+func DecodeReport(data []byte) (Report, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r Report
+	if err := dec.Decode(&r); err != nil {
+		return Report{}, fmt.Errorf("builder report: %w", err)
 	}
-	l[LabelReport] = r.Status
-	for check, ok := range r.Hygiene {
-		l[labelHygienePrefix+check] = map[bool]string{true: "pass", false: "fail"}[ok]
-	}
-	return l, nil
-}
-
-// ParseReport reads a report from a builder server's labels. ok is false
-// while the builder has not written it yet.
-func ParseReport(l map[string]string) (r Report, ok bool, err error) {
-	r.Status = l[LabelReport]
-	if r.Status == "" {
-		return Report{}, false, nil
+	if dec.More() {
+		return Report{}, errors.New("builder report: more than one JSON value")
 	}
 	if r.Status != "done" && r.Status != "failed" {
-		return Report{}, true, fmt.Errorf("builder report: %s=%q, want done or failed", LabelReport, r.Status)
+		return Report{}, fmt.Errorf("builder report: status %q, want done or failed", r.Status)
 	}
-	r.Observed, _, err = ManifestFromLabels(l)
-	if err != nil {
-		return r, true, fmt.Errorf("builder report: %w", err)
-	}
-	r.Hygiene = map[string]bool{}
-	for k, v := range l {
-		if check, found := strings.CutPrefix(k, labelHygienePrefix); found {
-			r.Hygiene[check] = v == "pass"
-		}
-	}
-	return r, true, nil
+	return r, nil
 }
 
 // VerifyError lists everything wrong with a build, so one failed build shows

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -58,6 +60,10 @@ func kubeRESTConfig(path string) (*rest.Config, error) {
 	return nil, fmt.Errorf("no kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not in a cluster: %w", err)
 }
 
+// builderDialFor, when set, gives the SSH dialer for the builders of the hcloud API at
+// endpoint: tests route it to a stand-in sshd. nil dials the builder's address.
+var builderDialFor func(endpoint string) func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // imageCloud is a provider's image API as the images commands use it.
 type imageCloud interface {
 	imagecatalog.BuildAPI
@@ -85,8 +91,12 @@ func cloudOf(cmd *cobra.Command) (imageCloud, string, string, error) {
 	if err != nil {
 		return nil, "", "", fmt.Errorf("%s: providers.hcloud.token: %w", path, err)
 	}
-	p, err := hcloud.New(hcloud.Options{Token: token, Endpoint: h.Endpoint, Cluster: cfg.ClusterName,
-		SSHKeys: h.SSHKeys, Firewalls: h.Firewalls, Logger: slog.Default().With("provider", "hcloud")})
+	o := hcloud.Options{Token: token, Endpoint: h.Endpoint, Cluster: cfg.ClusterName,
+		SSHKeys: h.SSHKeys, Firewalls: h.Firewalls, Logger: slog.Default().With("provider", "hcloud")}
+	if builderDialFor != nil {
+		o.BuilderDial = builderDialFor(h.Endpoint)
+	}
+	p, err := hcloud.New(o)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("%s: providers.hcloud: %w", path, err)
 	}

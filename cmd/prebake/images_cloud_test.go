@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	hc "github.com/hetznercloud/hcloud-go/v2/hcloud"
@@ -23,21 +23,88 @@ import (
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake/builderssh"
 )
 
 // cliCloud is the Hetzner fake and a ProviderConfig pointing at it, as
 // `prebake images --config` reads it.
 type cliCloud struct {
-	fake   *hcloudfake.Fake
-	client *hc.Client
-	config string
-	dir    string
+	fake    *hcloudfake.Fake
+	client  *hc.Client
+	config  string
+	dir     string
+	builder *cliBuilder
+}
+
+// cliBuilder plays the builder VMs of one cliCloud behind a stand-in sshd: seal says "not
+// yet" once, then reports what the user-data the fake received pins, "installed", with
+// every hygiene check passed; tamper edits the report first.
+type cliBuilder struct {
+	mu       sync.Mutex // guards tamper and userData
+	tamper   func(*imagecatalog.Report)
+	userData []string // each builder's, in the order they reported
+}
+
+func (b *cliBuilder) setTamper(tamper func(*imagecatalog.Report)) {
+	b.mu.Lock()
+	b.tamper = tamper
+	b.mu.Unlock()
+}
+
+func (b *cliBuilder) seen() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.userData)
+}
+
+func (b *cliBuilder) report(s hcloudfake.Server) ([]byte, error) {
+	r := imagecatalog.Report{Status: "done", Hygiene: map[string]bool{}, Observed: imagecatalog.Manifest{
+		Components: map[string]string{}, Sysctls: maps.Clone(imagecatalog.DefaultSysctls),
+		Modules: slices.Clone(imagecatalog.DefaultModules), UnattendedUpgradesDisabled: true}}
+	re := aptPinRE
+	if strings.Contains(s.UserData, bootstrap.BuilderScriptPath) {
+		re = builderComponentRE
+	}
+	for _, m := range re.FindAllStringSubmatch(s.UserData, -1) {
+		r.Observed.Components[m[1]] = m[2]
+	}
+	for _, c := range imagecatalog.HygieneChecks {
+		r.Hygiene[c] = true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.userData = append(b.userData, s.UserData)
+	if b.tamper != nil {
+		b.tamper(&r)
+	}
+	return json.Marshal(r)
+}
+
+// cliBuilderDials maps each test fake's endpoint to its stand-in sshd: cloudOf asks
+// builderDialFor, and parallel tests each have their own fake.
+var cliBuilderDials sync.Map // endpoint → func(ctx, network, addr) (net.Conn, error)
+
+func init() {
+	builderDialFor = func(endpoint string) func(context.Context, string, string) (net.Conn, error) {
+		if d, ok := cliBuilderDials.Load(endpoint); ok {
+			return d.(func(context.Context, string, string) (net.Conn, error))
+		}
+		// Never the default dialer in tests: the fake's addresses are TEST-NET-1.
+		return func(_ context.Context, _, addr string) (net.Conn, error) {
+			return nil, fmt.Errorf("test: no stand-in sshd for %s at %s", endpoint, addr)
+		}
+	}
 }
 
 func newCLICloud(t *testing.T) cliCloud {
 	t.Helper()
 	f := hcloudfake.New(hcloudfake.Options{Token: "cli-token"})
 	t.Cleanup(f.Close)
+	builder := &cliBuilder{}
+	sshd := builderssh.New(f, builderssh.Sealer(1, builder.report))
+	t.Cleanup(sshd.Close)
+	cliBuilderDials.Store(f.URL(), sshd.Dial)
+	t.Cleanup(func() { cliBuilderDials.Delete(f.URL()) })
 	dir := t.TempDir()
 	token := filepath.Join(dir, "token")
 	if err := os.WriteFile(token, []byte("cli-token\n"), 0o600); err != nil {
@@ -58,7 +125,7 @@ nodeGroups:
 		t.Fatal(err)
 	}
 	client := hc.NewClient(hc.WithEndpoint(f.URL()), hc.WithToken("cli-token"))
-	return cliCloud{f, client, path, dir}
+	return cliCloud{f, client, path, dir, builder}
 }
 
 // runImagesSplit runs `prebake images` with stdout and stderr apart, so -o
@@ -227,69 +294,14 @@ var aptPinRE = regexp.MustCompile(`([a-z0-9.+-]+)=([0-9A-Za-z.+~:_-]+)`)
 // prebake_components function), which the CLI renders when the recipe names no userDataFile.
 var builderComponentRE = regexp.MustCompile(`component apt '([a-z0-9.+-]+)' '([0-9A-Za-z.+~:_-]+)'`)
 
-// runBuilderAgent plays the builder VM until ctx ends: for each builder
-// server without a report, it reads the user-data the fake received,
-// "installs" what it pins and writes the report labels, as the builder's
-// report step does. tamper edits the report first.
-func runBuilderAgent(ctx context.Context, t *testing.T, cloud cliCloud, tamper func(*imagecatalog.Report)) {
-	runBuilderAgentSeeing(ctx, t, cloud, tamper, nil)
-}
-
-// runBuilderAgentSeeing is runBuilderAgent that also passes each builder's user-data to seen
-// before it reports.
-func runBuilderAgentSeeing(ctx context.Context, t *testing.T, cloud cliCloud, tamper func(*imagecatalog.Report), seen func(userData string)) {
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		for _, s := range cloud.fake.Servers() {
-			if s.Labels[imagecatalog.LabelBuilder] == "" || s.Labels[imagecatalog.LabelReport] != "" || s.Status == "deleting" {
-				continue
-			}
-			r := imagecatalog.Report{Status: "done", Hygiene: map[string]bool{}, Observed: imagecatalog.Manifest{
-				Components: map[string]string{}, Sysctls: maps.Clone(imagecatalog.DefaultSysctls),
-				Modules: slices.Clone(imagecatalog.DefaultModules), UnattendedUpgradesDisabled: true}}
-			if seen != nil {
-				seen(s.UserData)
-			}
-			re := aptPinRE
-			if strings.Contains(s.UserData, bootstrap.BuilderScriptPath) {
-				re = builderComponentRE
-			}
-			for _, m := range re.FindAllStringSubmatch(s.UserData, -1) {
-				r.Observed.Components[m[1]] = m[2]
-			}
-			for _, c := range imagecatalog.HygieneChecks {
-				r.Hygiene[c] = true
-			}
-			if tamper != nil {
-				tamper(&r)
-			}
-			labels, err := imagecatalog.ReportLabels(r)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			maps.Copy(labels, s.Labels)
-			if _, _, err := cloud.client.Server.Update(ctx, &hc.Server{ID: s.ID}, hc.ServerUpdateOpts{Labels: labels}); err != nil && ctx.Err() == nil {
-				t.Errorf("builder agent: %v", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
 func writeRecipe(t *testing.T, dir string, versions map[string]string) string {
 	t.Helper()
 	var script strings.Builder
-	script.WriteString("#!/bin/sh\nset -eu\napt-get install -y")
+	script.WriteString("#cloud-config\nruncmd:\n  - [sh, -c, 'apt-get install -y")
 	for _, c := range slices.Sorted(maps.Keys(versions)) {
 		script.WriteString(" " + c + "=" + versions[c])
 	}
-	if err := os.WriteFile(filepath.Join(dir, "builder.sh"), []byte(script.String()+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "builder.yaml"), []byte(script.String()+"']\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	comps, _ := yaml.Marshal(versions)
@@ -304,7 +316,7 @@ images:
     baseImage: ubuntu-24.04
     machineType: cx22
     builderLocation: fsn1
-    userDataFile: builder.sh
+    userDataFile: builder.yaml
     components:
 ` + indent(string(comps), "      ")
 	path := filepath.Join(dir, "recipe.yaml")
@@ -328,10 +340,6 @@ func indent(s, pre string) string {
 func TestImagesCLIBuild(t *testing.T) {
 	t.Parallel()
 	cloud := newCLICloud(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); runBuilderAgent(ctx, t, cloud, nil) }()
-	t.Cleanup(func() { cancel(); <-done })
 	cat := filepath.Join(cloud.dir, "images.yaml")
 	recipe := writeRecipe(t, cloud.dir, cliVersions())
 	build := func(extra ...string) ([]imagecatalog.BuildResult, string) {
@@ -383,23 +391,12 @@ func TestImagesCLIBuild(t *testing.T) {
 func TestImagesCLIBuildRendersTheBuilder(t *testing.T) {
 	t.Parallel()
 	cloud := newCLICloud(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var (
-		mu       sync.Mutex // guards userData: the agent writes it, the test reads it
-		userData string
-	)
-	go func() {
-		defer close(done)
-		runBuilderAgentSeeing(ctx, t, cloud, nil, func(ud string) { mu.Lock(); userData = ud; mu.Unlock() })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
 	recipe := writeRecipe(t, cloud.dir, cliVersions())
 	data, err := os.ReadFile(recipe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	noFile := strings.Replace(string(data), "    userDataFile: builder.sh\n", "", 1)
+	noFile := strings.Replace(string(data), "    userDataFile: builder.yaml\n", "", 1)
 	if noFile == string(data) {
 		t.Fatal("writeRecipe wrote no userDataFile line to remove")
 	}
@@ -418,46 +415,47 @@ func TestImagesCLIBuildRendersTheBuilder(t *testing.T) {
 	if d := cmp.Diff(imagecatalog.DefaultManifest(cliVersions()), res[0].Image.Manifest); d != "" {
 		t.Errorf("built manifest (-requested +got):\n%s", d)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if userData == "" {
-		t.Fatal("the fake kept no builder server's user-data")
+	seen := cloud.builder.seen()
+	if len(seen) != 1 {
+		t.Fatalf("%d builders reported, want 1", len(seen))
 	}
 	want, err := builderUserData(imagecatalog.BuildSpec{Provider: "hcloud", Components: cliVersions()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if userData != string(want) {
-		t.Errorf("the builder booted with other user-data than bootstrap.RenderBuilder's for the recipe:\n%.400s", userData)
+	// What the builder booted with is bootstrap.RenderBuilder's for the recipe, with
+	// prebake's SSH access (keys made for this builder) merged in: its files and commands
+	// are the rendered ones, and its runcmd only installs (prebake seals over SSH).
+	type builderConfig struct {
+		WriteFiles []map[string]string `yaml:"write_files"`
+		RunCmd     [][]string          `yaml:"runcmd"`
+		Authorized []string            `yaml:"ssh_authorized_keys"`
 	}
-	var cc struct {
-		RunCmd [][]string `yaml:"runcmd"`
-	}
-	if err := yaml.Unmarshal([]byte(userData), &cc); err != nil {
+	var got, rendered builderConfig
+	if err := yaml.Unmarshal([]byte(seen[0]), &got); err != nil {
 		t.Fatalf("builder user-data is not YAML: %v", err)
 	}
-	var wantRun [][]string
-	for _, step := range bootstrap.BuilderSteps {
-		wantRun = append(wantRun, []string{"sh", bootstrap.BuilderScriptPath, step})
+	if err := yaml.Unmarshal(want, &rendered); err != nil {
+		t.Fatal(err)
 	}
-	if d := cmp.Diff(wantRun, cc.RunCmd); d != "" {
+	if d := cmp.Diff(rendered.WriteFiles, got.WriteFiles); d != "" {
+		t.Errorf("builder files (-bootstrap.RenderBuilder +booted):\n%s", d)
+	}
+	if d := cmp.Diff(bootstrap.BuilderRunCmd(bootstrap.ReportOverSSH), got.RunCmd); d != "" {
 		t.Errorf("builder runcmd (-want +got):\n%s", d)
+	}
+	if len(got.Authorized) != 1 || len(rendered.Authorized) != 0 {
+		t.Errorf("authorized keys: booted %q, rendered %q; want prebake's one key added at boot", got.Authorized, rendered.Authorized)
 	}
 }
 
 func TestImagesCLIBuildRejectsBadReport(t *testing.T) {
 	t.Parallel()
 	cloud := newCLICloud(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runBuilderAgent(ctx, t, cloud, func(r *imagecatalog.Report) {
-			r.Observed.Components["kubelet"] = "1.34.3-1.1"
-			r.Hygiene["ssh-host-keys"] = false
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	cloud.builder.setTamper(func(r *imagecatalog.Report) {
+		r.Observed.Components["kubelet"] = "1.34.3-1.1"
+		r.Hygiene["ssh-host-keys"] = false
+	})
 	cat := filepath.Join(cloud.dir, "images.yaml")
 	_, _, err := runImagesSplit(t, "build", "--recipe", writeRecipe(t, cloud.dir, cliVersions()), "--catalog", cat,
 		"--config", cloud.config, "--poll", "5ms")
@@ -475,10 +473,6 @@ func TestImagesCLIBuildRejectsBadReport(t *testing.T) {
 func TestImagesCLIRefreshPromotesOnlyWithCanary(t *testing.T) {
 	t.Parallel()
 	cloud := newCLICloud(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); runBuilderAgent(ctx, t, cloud, nil) }()
-	t.Cleanup(func() { cancel(); <-done })
 	cat := filepath.Join(cloud.dir, "images.yaml")
 	recipe := writeRecipe(t, cloud.dir, cliVersions())
 	args := []string{"refresh", "--recipe", recipe, "--catalog", cat, "--config", cloud.config, "--poll", "5ms", "--max-age", "168h"}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -65,6 +66,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// BuilderDial connects to an image builder's SSH port (see BuilderReport);
+	// default a net.Dialer. Tests point it at a stand-in sshd on loopback.
+	BuilderDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Provider is the Hetzner Cloud provider. It implements providers.Provider
@@ -81,6 +85,12 @@ type Provider struct {
 	pacer    *pacer
 	log      *slog.Logger
 	now      func() time.Time
+
+	builderDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// buildersMu guards builders: the SSH keys of the image builders this
+	// process booted, by server id. They live in memory only.
+	buildersMu sync.Mutex
+	builders   map[string]builderAccess
 
 	// typesMu guards types and typesAt: the cached server type table.
 	typesMu sync.Mutex
@@ -125,6 +135,9 @@ func New(o Options) (*Provider, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.BuilderDial == nil {
+		o.BuilderDial = (&net.Dialer{}).DialContext
+	}
 	base := http.DefaultTransport
 	hc := &http.Client{}
 	if o.HTTPClient != nil {
@@ -150,13 +163,15 @@ func New(o Options) (*Provider, error) {
 		opts = append(opts, hcloud.WithEndpoint(o.Endpoint))
 	}
 	p := &Provider{
-		client:  hcloud.NewClient(opts...),
-		cluster: o.Cluster,
-		image:   o.Image,
-		typeTTL: o.ServerTypeTTL,
-		pacer:   pc,
-		log:     o.Logger,
-		now:     o.Now,
+		client:      hcloud.NewClient(opts...),
+		cluster:     o.Cluster,
+		image:       o.Image,
+		typeTTL:     o.ServerTypeTTL,
+		pacer:       pc,
+		log:         o.Logger,
+		now:         o.Now,
+		builderDial: o.BuilderDial,
+		builders:    map[string]builderAccess{},
 	}
 	for _, id := range o.Networks {
 		p.networks = append(p.networks, &hcloud.Network{ID: id})

@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
+	"golang.org/x/crypto/ssh"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
 // The provider is the image catalog's Hetzner backend: snapshots are the
 // images, their labels and description carry the catalog's labels and name,
-// delete protection is real, and builders are servers that report by
-// labelling themselves.
+// delete protection is real, and builders are servers whose report prebake
+// reads over SSH.
 var (
 	_ imagecatalog.ImageAPI       = (*Provider)(nil)
 	_ imagecatalog.BuildAPI       = (*Provider)(nil)
@@ -150,18 +152,40 @@ func (p *Provider) ListInstances(ctx context.Context) ([]imagecatalog.Instance, 
 }
 
 func builderState(s *hcloud.Server) imagecatalog.BuilderState {
-	return imagecatalog.BuilderState{ID: strconv.FormatInt(s.ID, 10), Status: string(s.Status), Labels: maps.Clone(s.Labels)}
+	st := imagecatalog.BuilderState{ID: strconv.FormatInt(s.ID, 10), Status: string(s.Status), Labels: maps.Clone(s.Labels)}
+	if ip := s.PublicNet.IPv4.IP; ip != nil && !ip.IsUnspecified() {
+		st.Address = ip.String()
+	}
+	return st
 }
 
 // BootBuilder implements imagecatalog.BuildAPI: a server from the base
-// image (a name such as ubuntu-24.04, or a numeric id) with the user-data.
-// It joins none of the cluster's networks and carries no cluster label, so
-// the autoscaler never counts it.
+// image (a name such as ubuntu-24.04, or a numeric id) with the user-data
+// and SSH access for prebake alone (see BuilderReport). It joins none of the
+// cluster's networks and carries no cluster label, so the autoscaler never
+// counts it. A builder of the same name that this process did not boot (one
+// left by an earlier run, whose keys died with it) is deleted and booted
+// anew: nothing could log in to it.
 func (p *Provider) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpec) (imagecatalog.BuilderState, error) {
 	if s, _, err := p.client.Server.GetByName(ctx, spec.Name); err != nil {
 		return imagecatalog.BuilderState{}, fmt.Errorf("hcloud: find builder %q: %w", spec.Name, err)
 	} else if s != nil {
-		return builderState(s), nil
+		id := strconv.FormatInt(s.ID, 10)
+		if _, ok := p.builderAccess(id); ok {
+			return builderState(s), nil
+		}
+		p.log.Warn("hcloud builder left by an earlier run: its SSH keys are gone, replacing it", "builder", s.ID, "instance", spec.Name)
+		if _, _, err := p.client.Server.DeleteWithResult(ctx, s); err != nil && !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+			return imagecatalog.BuilderState{}, fmt.Errorf("hcloud: delete builder %s left by an earlier run (delete it by hand): %w", id, err)
+		}
+	}
+	access, cfg, err := newBuilderAccess(p.now())
+	if err != nil {
+		return imagecatalog.BuilderState{}, fmt.Errorf("hcloud builder %q: %w", spec.Name, err)
+	}
+	userData, err := bootstrap.WithSSHAccess(spec.UserData, cfg)
+	if err != nil {
+		return imagecatalog.BuilderState{}, fmt.Errorf("hcloud builder %q: %w", spec.Name, err)
 	}
 	img := &hcloud.Image{Name: spec.BaseImage}
 	if n, err := strconv.ParseInt(spec.BaseImage, 10, 64); err == nil {
@@ -169,7 +193,7 @@ func (p *Provider) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpe
 	}
 	opts := hcloud.ServerCreateOpts{
 		Name: spec.Name, ServerType: &hcloud.ServerType{Name: spec.MachineType}, Image: img,
-		UserData: string(spec.UserData), Labels: spec.Labels, SSHKeys: p.sshKeys, Firewalls: p.fws,
+		UserData: string(userData), Labels: spec.Labels, SSHKeys: p.sshKeys, Firewalls: p.fws,
 	}
 	if spec.Location != "" {
 		opts.Location = &hcloud.Location{Name: spec.Location}
@@ -179,8 +203,12 @@ func (p *Provider) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpe
 		return imagecatalog.BuilderState{}, fmt.Errorf("hcloud: create builder %q (type %s, image %s): %w",
 			spec.Name, spec.MachineType, spec.BaseImage, wrapStatus(err, resp))
 	}
-	p.log.Info("hcloud builder created", "instance", spec.Name, "builder", res.Server.ID)
-	return builderState(res.Server), nil
+	st := builderState(res.Server)
+	p.buildersMu.Lock()
+	p.builders[st.ID] = access
+	p.buildersMu.Unlock()
+	p.log.Info("hcloud builder created", "instance", spec.Name, "builder", res.Server.ID, "hostKey", ssh.FingerprintSHA256(access.hostKey))
+	return st, nil
 }
 
 // Builder implements imagecatalog.BuildAPI.
@@ -253,5 +281,8 @@ func (p *Provider) DeleteBuilder(ctx context.Context, id string) error {
 	if _, _, err := p.client.Server.DeleteWithResult(ctx, ref); err != nil && !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
 		return fmt.Errorf("hcloud: delete builder %s: %w", id, err)
 	}
+	p.buildersMu.Lock()
+	delete(p.builders, id)
+	p.buildersMu.Unlock()
 	return nil
 }

@@ -34,7 +34,7 @@ func TestBuilderLifecycle(t *testing.T) {
 	ctx := context.Background()
 	p, f := newImageProvider(t, hcloudfake.Options{})
 	spec := imagecatalog.BuilderSpec{Name: "prebake-builder-amd64-0123", BaseImage: "ubuntu-24.04", MachineType: "cx22",
-		Location: "fsn1", UserData: []byte("#!/bin/sh\necho build\n"), Labels: map[string]string{imagecatalog.LabelBuilder: "0123"}}
+		Location: "fsn1", UserData: []byte("#cloud-config\nruncmd:\n  - [sh, -c, echo build]\n"), Labels: map[string]string{imagecatalog.LabelBuilder: "0123"}}
 	b, err := p.BootBuilder(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +49,13 @@ func TestBuilderLifecycle(t *testing.T) {
 	}
 	s := servers[0]
 	want := hcloudfake.Server{ID: s.ID, Name: spec.Name, Status: "running", ServerType: "cx22", Image: "ubuntu-24.04", Location: "fsn1",
-		Labels: spec.Labels, UserData: string(spec.UserData), SSHKeys: []int64{7}}
-	if d := cmp.Diff(want, s, cmpopts.EquateEmpty()); d != "" {
+		Labels: spec.Labels, SSHKeys: []int64{7}}
+	if d := cmp.Diff(want, s, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(hcloudfake.Server{}, "UserData", "IPv4")); d != "" {
 		t.Errorf("builder server (-want +got):\n%s", d)
+	}
+	// The user-data is the spec's with the builder's SSH access merged in (builderssh_test.go).
+	if !strings.Contains(s.UserData, "echo build") || !strings.Contains(s.UserData, "ssh_authorized_keys") {
+		t.Errorf("builder user-data lacks the spec's runcmd or prebake's SSH access:\n%s", s.UserData)
 	}
 	// A builder carries no cluster label: the autoscaler never counts it.
 	if ins, err := p.List(ctx); err != nil || len(ins) != 0 {
@@ -83,7 +87,7 @@ func TestImageAPI(t *testing.T) {
 	ctx := context.Background()
 	clk := hcloudfake.NewClock(time.Date(2026, 11, 30, 15, 4, 0, 0, time.UTC))
 	p, _ := newImageProvider(t, hcloudfake.Options{Now: clk.Now})
-	b, err := p.BootBuilder(ctx, imagecatalog.BuilderSpec{Name: "b", BaseImage: "ubuntu-24.04", MachineType: "cx22"})
+	b, err := p.BootBuilder(ctx, imagecatalog.BuilderSpec{Name: "b", BaseImage: "ubuntu-24.04", MachineType: "cx22", UserData: []byte("#cloud-config\n")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +145,7 @@ func TestListInstancesReportsBootImage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	p, f := newImageProvider(t, hcloudfake.Options{})
-	b, err := p.BootBuilder(ctx, imagecatalog.BuilderSpec{Name: "b", BaseImage: "ubuntu-24.04", MachineType: "cx22"})
+	b, err := p.BootBuilder(ctx, imagecatalog.BuilderSpec{Name: "b", BaseImage: "ubuntu-24.04", MachineType: "cx22", UserData: []byte("#cloud-config\n")})
 	if err != nil {
 		t.Fatal(err)
 	}

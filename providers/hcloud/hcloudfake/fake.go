@@ -168,6 +168,7 @@ type Server struct {
 	Location       string
 	Labels         map[string]string
 	UserData       string
+	IPv4           string // the public address; the fake's are in 192.0.2.0/24, TEST-NET-1, never dialled
 	Networks       []int64
 	Firewalls      []int64
 	SSHKeys        []int64
@@ -194,7 +195,7 @@ func (f *Fake) Servers() []Server {
 		}
 		out = append(out, Server{
 			ID: id, Name: v.Name, Status: v.Status, ServerType: v.ServerType.Name, Image: img,
-			Location: v.Location.Name, Labels: maps.Clone(v.Labels), UserData: s.userData,
+			Location: v.Location.Name, Labels: maps.Clone(v.Labels), UserData: s.userData, IPv4: v.PublicNet.IPv4.IP,
 			Networks: slices.Clone(s.networks), Firewalls: slices.Clone(s.firewalls),
 			SSHKeys: slices.Clone(s.sshKeys), PlacementGroup: s.placementGroup,
 		})
