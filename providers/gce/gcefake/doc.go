@@ -4,11 +4,15 @@
 // option.WithoutAuthentication().
 //
 // It serves instances (insert, get, list and aggregatedList with label
-// filters, delete), zone and global operations (get, wait), images (insert
-// from a disk, get, getFromFamily, list with filters, setLabels with the
-// label fingerprint check, deprecate, delete) and machine types (get, list,
-// with accelerators). Bodies are the protojson of the computepb messages,
+// filters, stop, getGuestAttributes, delete), zone and global operations
+// (get, wait), images (insert from a disk, get, getFromFamily, list with
+// filters, setLabels with the label fingerprint check, deprecate, delete)
+// and machine types (get, list, with accelerators). Bodies are the protojson of the computepb messages,
 // which carry the REST field names, so the shapes are the real ones.
+//
+// Each instance also has its own metadata server on loopback (MetadataURL),
+// through which a test plays the guest: it reads the user-data and writes
+// guest attributes, which instances.getGuestAttributes then returns.
 //
 // Invariants:
 //   - All state sits behind one mutex; time comes only from Options.Now, so a

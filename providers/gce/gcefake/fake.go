@@ -61,7 +61,10 @@ type Request struct {
 	// headers: the compute client library names itself in both.
 	UserAgent string
 	APIClient string
-	Status    int
+	// Instance is "<zone>/<name>" for a request to that instance's
+	// metadata server (MetadataURL), "" for the API.
+	Instance string
+	Status   int
 }
 
 // Fake is the fake API. Create it with New and Close it when done.
@@ -81,6 +84,10 @@ type Fake struct {
 	zones     map[string]bool
 	faults    []*fault
 	requests  []Request
+	// metadataServers are the instances' metadata servers, closed with
+	// the fake; closed refuses new ones after Close.
+	metadataServers []*httptest.Server
+	closed          bool
 }
 
 // New starts a fake on 127.0.0.1.
@@ -131,8 +138,19 @@ func New(opts Options) *Fake {
 // URL is the endpoint to give the client (option.WithEndpoint).
 func (f *Fake) URL() string { return f.srv.URL }
 
-// Close stops the server.
-func (f *Fake) Close() { f.srv.Close() }
+// Close stops the server and the instances' metadata servers.
+func (f *Fake) Close() {
+	f.mu.Lock()
+	f.closed = true
+	mds := f.metadataServers
+	f.metadataServers = nil
+	f.mu.Unlock()
+	// Outside f.mu: Close waits for handlers, which take it.
+	for _, s := range mds {
+		s.Close()
+	}
+	f.srv.Close()
+}
 
 // Project is the fake's project.
 func (f *Fake) Project() string { return f.opts.Project }
@@ -292,6 +310,10 @@ func (f *Fake) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		res, err = f.getInstance(project, p[1], p[3])
 	case m == http.MethodDelete && match(p, "zones", "*", "instances", "*"):
 		res, err = f.deleteInstance(project, p[1], p[3])
+	case m == http.MethodPost && match(p, "zones", "*", "instances", "*", "stop"):
+		res, err = f.stopInstance(project, p[1], p[3])
+	case m == http.MethodGet && match(p, "zones", "*", "instances", "*", "getGuestAttributes"):
+		res, err = f.getGuestAttributes(project, p[1], p[3], r.URL.Query())
 	case m == http.MethodGet && match(p, "zones", "*", "operations", "*"):
 		res, err = f.getOperation(project, "zones/"+p[1], p[3])
 	case m == http.MethodPost && match(p, "zones", "*", "operations", "*", "wait"):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -25,6 +26,14 @@ type instance struct {
 	deleteAt    time.Time // zero unless deleting
 	sourceImage string    // the boot disk's image, "projects/p/global/images/n"
 	disk        string    // key of the boot disk in f.disks
+	// stopping is true while a stop operation runs, stopped once it is
+	// DONE (TERMINATED: the instance and its disk exist, nothing runs).
+	stopping, stopped bool
+	// guest holds the guest attributes the instance wrote through its
+	// metadata server, by "namespace/key".
+	guest map[string]string
+	// md is the instance's metadata server, started by MetadataURL.
+	md *httptest.Server
 }
 
 type disk struct {
@@ -49,9 +58,15 @@ type Instance struct {
 	Status              string
 	Labels              map[string]string
 	// Metadata holds the metadata items, user-data among them.
-	Metadata    map[string]string
-	SourceImage string // "projects/<p>/global/images/<name>"
-	Created     time.Time
+	Metadata map[string]string
+	// UserData is the metadata item user-data: what a test playing the
+	// guest (a builder) reads.
+	UserData string
+	// GuestAttributes are what the guest wrote through its metadata
+	// server, by "namespace/key".
+	GuestAttributes map[string]string
+	SourceImage     string // "projects/<p>/global/images/<name>"
+	Created         time.Time
 }
 
 // Instances returns every instance that exists (insert done, delete not
@@ -64,10 +79,11 @@ func (f *Fake) Instances() []Instance {
 	for _, in := range f.sortedInstances("") {
 		v := Instance{Project: in.project, Zone: in.zone, Name: in.pb.GetName(), MachineType: lastSegment(in.pb.GetMachineType()),
 			Status: f.status(in), Labels: maps.Clone(in.pb.GetLabels()), Metadata: map[string]string{},
-			SourceImage: in.sourceImage, Created: in.created}
+			SourceImage: in.sourceImage, Created: in.created, GuestAttributes: maps.Clone(in.guest)}
 		for _, it := range in.pb.GetMetadata().GetItems() {
 			v.Metadata[it.GetKey()] = it.GetValue()
 		}
+		v.UserData = v.Metadata["user-data"]
 		out = append(out, v)
 	}
 	return out
@@ -108,8 +124,11 @@ func (f *Fake) settle() {
 
 // status is the instance's status now. f.mu is held.
 func (f *Fake) status(in *instance) string {
-	if !in.deleteAt.IsZero() {
+	switch {
+	case !in.deleteAt.IsZero(), in.stopping:
 		return "STOPPING"
+	case in.stopped:
+		return "TERMINATED"
 	}
 	age := f.opts.Now().Sub(in.created)
 	switch {
