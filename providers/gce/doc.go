@@ -19,4 +19,8 @@
 //     shared by all the compute clients.
 //   - User-data is passed through as the metadata item user-data and never
 //     logged.
+//   - The provider is also the image catalog's backend (builder.go, images.go):
+//     image builders are instances without the ownership labels and without
+//     a service account, that report through a guest attribute
+//     (ReportNamespace/ReportKey) read with getGuestAttributes.
 package gce

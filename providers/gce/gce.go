@@ -67,6 +67,9 @@ type Options struct {
 	// ServiceAccount is the e-mail of the service account instances run as;
 	// empty means none.
 	ServiceAccount string
+	// BuilderZone is the zone image builders boot in when the build names
+	// none (imagecatalog.BuilderSpec.Location); empty means the build must.
+	BuilderZone string
 	// DiskSizeGB is the boot disk size; default DefaultDiskSizeGB.
 	DiskSizeGB int64
 	// MachineTypeTTL defaults to DefaultMachineTypeTTL.

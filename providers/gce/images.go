@@ -44,6 +44,7 @@ type Images struct{ p *Provider }
 var (
 	_ providers.ImageAPI          = (*Images)(nil)
 	_ imagecatalog.ImageAPI       = (*Images)(nil)
+	_ imagecatalog.ImageGetter    = (*Images)(nil)
 	_ imagecatalog.InstanceLister = (*Images)(nil)
 )
 
@@ -74,13 +75,32 @@ func (im *Images) ListImages(ctx context.Context, selector map[string]string) ([
 		if err != nil {
 			return nil, fmt.Errorf("gce: list images in project %q: %w", p.o.Project, err)
 		}
-		c := imagecatalog.CloudImage{ID: x.GetName(), Description: x.GetDescription(), Labels: FromGCE(x.GetLabels())}
-		if t, err := time.Parse(time.RFC3339, x.GetCreationTimestamp()); err == nil {
-			c.Created = t
-		}
-		out = append(out, c)
+		out = append(out, cloudImage(x))
 	}
 	return out, nil
+}
+
+// cloudImage is the catalog's view of an image: its id is its name.
+func cloudImage(x *computepb.Image) imagecatalog.CloudImage {
+	c := imagecatalog.CloudImage{ID: x.GetName(), Description: x.GetDescription(), Labels: FromGCE(x.GetLabels())}
+	if t, err := time.Parse(time.RFC3339, x.GetCreationTimestamp()); err == nil {
+		c.Created = t
+	}
+	return c
+}
+
+// GetImage implements imagecatalog.ImageGetter: the project's image of
+// this name; a missing one wraps imagecatalog.ErrNotFound.
+func (im *Images) GetImage(ctx context.Context, id string) (imagecatalog.CloudImage, error) {
+	p := im.p
+	x, err := p.imagesAPI.Get(ctx, &computepb.GetImageRequest{Project: p.o.Project, Image: id})
+	if isNotFound(err) {
+		return imagecatalog.CloudImage{}, fmt.Errorf("gce image %q in project %q: %w (see `gcloud compute images list --no-standard-images`)", id, p.o.Project, imagecatalog.ErrNotFound)
+	}
+	if err != nil {
+		return imagecatalog.CloudImage{}, fmt.Errorf("gce: get image %q in project %q: %w", id, p.o.Project, err)
+	}
+	return cloudImage(x), nil
 }
 
 // SetLabels implements imagecatalog.ImageAPI. setLabels needs the current

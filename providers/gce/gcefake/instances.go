@@ -65,8 +65,13 @@ type Instance struct {
 	// GuestAttributes are what the guest wrote through its metadata
 	// server, by "namespace/key".
 	GuestAttributes map[string]string
-	SourceImage     string // "projects/<p>/global/images/<name>"
-	Created         time.Time
+	// ServiceAccounts are the e-mails of the service accounts it runs as.
+	ServiceAccounts []string
+	// ExternalNAT is true when an interface has a ONE_TO_ONE_NAT access
+	// config (an external address).
+	ExternalNAT bool
+	SourceImage string // "projects/<p>/global/images/<name>"
+	Created     time.Time
 }
 
 // Instances returns every instance that exists (insert done, delete not
@@ -84,6 +89,14 @@ func (f *Fake) Instances() []Instance {
 			v.Metadata[it.GetKey()] = it.GetValue()
 		}
 		v.UserData = v.Metadata["user-data"]
+		for _, sa := range in.pb.GetServiceAccounts() {
+			v.ServiceAccounts = append(v.ServiceAccounts, sa.GetEmail())
+		}
+		for _, ni := range in.pb.GetNetworkInterfaces() {
+			for _, ac := range ni.GetAccessConfigs() {
+				v.ExternalNAT = v.ExternalNAT || ac.GetType() == "ONE_TO_ONE_NAT"
+			}
+		}
 		out = append(out, v)
 	}
 	return out
