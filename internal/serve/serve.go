@@ -317,33 +317,10 @@ func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger)
 		}
 		out.providers["hcloud"] = metrics.Wrap(p, m)
 	}
-	if g := cfg.Providers.Gce; g != nil {
-		var key []byte
-		if g.Credentials != (config.SecretRef{}) {
-			k, err := g.Credentials.Resolve()
-			if err != nil {
-				return out, fmt.Errorf("providers.gce.credentials: %w", err)
-			}
-			key = []byte(k)
-		}
-		p, err := gce.New(context.Background(), gce.Options{
-			Project:         g.Project,
-			CredentialsJSON: key,
-			Endpoint:        g.Endpoint,
-			Cluster:         cfg.ClusterName,
-			Image:           g.Image,
-			ImageArm64:      g.ImageArm64,
-			Network:         g.Network,
-			Subnetwork:      g.Subnetwork,
-			ExternalIP:      g.ExternalIP,
-			ServiceAccount:  g.ServiceAccount,
-			DiskSizeGB:      g.DiskSizeGB,
-			Rate:            rate.Limit(g.QPS),
-			Burst:           g.Burst,
-			Logger:          log.With("provider", "gce"),
-		})
+	if cfg.Providers.Gce != nil {
+		p, err := NewGCE(context.Background(), cfg, log.With("provider", "gce"))
 		if err != nil {
-			return out, fmt.Errorf("providers.gce: %w", err)
+			return out, err
 		}
 		out.providers["gce"] = metrics.Wrap(p, m)
 	}
@@ -358,6 +335,58 @@ func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger)
 		}
 	}
 	return out, nil
+}
+
+// NewGCE builds the Compute Engine provider of cfg's providers.gce block, as
+// serve runs it and as `prebake images` drives its image API: one place, so
+// the two never disagree. Builders boot in the one zone of cfg's gce node
+// groups when they use exactly one and the build names none.
+func NewGCE(ctx context.Context, cfg *config.Config, log *slog.Logger) (*gce.Provider, error) {
+	g := cfg.Providers.Gce
+	if g == nil {
+		return nil, errors.New("no providers.gce block")
+	}
+	var key []byte
+	if g.Credentials != (config.SecretRef{}) {
+		k, err := g.Credentials.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("providers.gce.credentials: %w", err)
+		}
+		key = []byte(k)
+	}
+	zones := map[string]bool{}
+	for _, ng := range cfg.NodeGroups {
+		if ng.Provider == "gce" && ng.Location != "" {
+			zones[ng.Location] = true
+		}
+	}
+	builderZone := ""
+	if len(zones) == 1 {
+		for z := range zones {
+			builderZone = z
+		}
+	}
+	p, err := gce.New(ctx, gce.Options{
+		Project:         g.Project,
+		CredentialsJSON: key,
+		Endpoint:        g.Endpoint,
+		Cluster:         cfg.ClusterName,
+		Image:           g.Image,
+		ImageArm64:      g.ImageArm64,
+		Network:         g.Network,
+		Subnetwork:      g.Subnetwork,
+		ExternalIP:      g.ExternalIP,
+		ServiceAccount:  g.ServiceAccount,
+		BuilderZone:     builderZone,
+		DiskSizeGB:      g.DiskSizeGB,
+		Rate:            rate.Limit(g.QPS),
+		Burst:           g.Burst,
+		Logger:          log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("providers.gce: %w", err)
+	}
+	return p, nil
 }
 
 // buildStatic builds the static provider. Unlike kwok it needs its cluster
