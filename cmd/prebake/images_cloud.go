@@ -14,6 +14,7 @@ import (
 
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/internal/serve"
 	"github.com/prebake-dev/prebake/providers/hcloud"
 )
 
@@ -71,9 +72,10 @@ type imageCloud interface {
 }
 
 // cloudOf opens the provider of --config: the same ProviderConfig file as
-// `prebake serve`, validated in full, whose hcloud block (token from its
-// SecretRef, endpoint) gives the image API. It returns the catalog's
-// provider name and location for it.
+// `prebake serve`, validated in full, whose hcloud or gce block gives the
+// image API (one of them: a config with both is refused). It returns the
+// catalog's provider name and location for it: images are global on both
+// clouds, so the location is "".
 func cloudOf(cmd *cobra.Command) (imageCloud, string, string, error) {
 	path, _ := cmd.Flags().GetString("config")
 	if path == "" {
@@ -83,9 +85,20 @@ func cloudOf(cmd *cobra.Command) (imageCloud, string, string, error) {
 	if err != nil {
 		return nil, "", "", err
 	}
-	h := cfg.Providers.Hcloud
-	if h == nil {
-		return nil, "", "", fmt.Errorf("%s: no providers.hcloud block; only hcloud has an image API in this build (kwok and providers without custom images use the runtime-install path)", path)
+	h, g := cfg.Providers.Hcloud, cfg.Providers.Gce
+	switch {
+	case h != nil && g != nil:
+		return nil, "", "", fmt.Errorf("%s has both a providers.hcloud and a providers.gce block: the image commands work on one provider's images; give --config a file with only the provider to work on (one config per provider)", path)
+	case g != nil:
+		p, err := serve.NewGCE(cmd.Context(), cfg, slog.Default().With("provider", "gce"))
+		if err != nil {
+			return nil, "", "", fmt.Errorf("%s: %w", path, err)
+		}
+		// GCE images are global (the catalog keys them with location "",
+		// as the core resolves them), and an image's id is its name.
+		return p, "gce", "", nil
+	case h == nil:
+		return nil, "", "", fmt.Errorf("%s: no providers.hcloud or providers.gce block; only those have an image API in this build (kwok and providers without custom images use the runtime-install path)", path)
 	}
 	token, err := h.Token.Resolve()
 	if err != nil {
