@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/gce/gcefake"
@@ -301,5 +302,22 @@ func TestImageName(t *testing.T) {
 	}
 	if imageName(long) == imageName(long+"x") {
 		t.Error("two long descriptions with the same first 54 characters give the same name")
+	}
+}
+
+// TestReportAttributeIsBootstrapsOwn: the guest attribute BuilderReport reads is the one
+// bootstrap's GCE builder puts its report to (bootstrap's seal-wait test proves the PUT, with
+// the metadata server's header, against a server on loopback).
+func TestReportAttributeIsBootstrapsOwn(t *testing.T) {
+	if got := ReportNamespace + "/" + ReportKey; got != bootstrap.GCEReportAttribute {
+		t.Fatalf("gce reads guest attribute %s, bootstrap's builder writes %s", got, bootstrap.GCEReportAttribute)
+	}
+	ud, err := bootstrap.RenderBuilder(bootstrap.BuilderInput{Provider: "gce", Components: []bootstrap.Component{{Name: "socat", Version: "1.7.4.4-2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ud.Script), "computeMetadata/v1/instance/guest-attributes/"+ReportNamespace+"/"+ReportKey) ||
+		!strings.Contains(string(ud.CloudConfig), "seal-later") {
+		t.Error("the rendered GCE builder neither starts seal-later nor puts to the report attribute")
 	}
 }
