@@ -309,15 +309,19 @@ func newImagesBuildCommand() *cobra.Command {
 		Short: "Build, verify and publish to candidate each image of a recipe (nothing when its inputs are already built)",
 		Long: `For each image of the recipe: when no image has the same inputs hash (base image,
 requested versions, user-data), boot a builder server from the base image with the
-builder user-data, wait for the builder's report (labels on its own server; see
-docs/images.md for what carries the report there), check the versions it observed against the
-requested ones and the hygiene checks, shut it down and snapshot it, label the
+builder user-data, wait for the builder's report, check the versions it observed against
+the requested ones and the hygiene checks, shut it down and snapshot it, label the
 snapshot, delete the builder and publish the image to the candidate channel.
-The builder user-data is the image's userDataFile when the recipe names one; otherwise
-it is rendered by bootstrap: every component installed as the apt package of its name at
-its exact version, the kernel settings, unattended-upgrades disabled, then the builder's
-cleanup (SSH host keys, machine-id, cloud-init state, apt lists and caches, logs) and its
-report (` + bootstrap.BuildReportPath + `, what it observed).
+The report comes over SSH on Hetzner (prebake makes a host key and a login key for each
+builder, puts them in its cloud-config, and runs the builder's seal step as root; the
+builder must be reachable on port 22 from where this runs) and from the guest attribute
+prebake/report on GCE (docs/images.md, "The builder's report").
+The builder user-data is the image's userDataFile (a #cloud-config) when the recipe names
+one; otherwise it is rendered by bootstrap: every component installed as the apt package of
+its name at its exact version, the kernel settings, unattended-upgrades disabled; once that
+and cloud-init are done, the builder's seal: cleanup (SSH host keys and authorized keys,
+machine-id, cloud-init state, apt lists and caches, logs) and its report
+(` + bootstrap.BuildReportPath + `, what it observed).
 Progress goes to stderr. Building the same inputs again creates nothing.`,
 		Example: `  prebake images build --config prod.yaml --recipe images-recipe.yaml --catalog configmap://kube-system/prebake-images`,
 		Args:    cobra.NoArgs,
