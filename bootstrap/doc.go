@@ -10,7 +10,10 @@
 //   - Tokens{Client}.Create makes one join token per node (Secret kube-system/bootstrap-token-<id>,
 //     TTL ≤ MaxTokenTTL, labelled ManagedByLabel=prebake); Tokens.CleanupExpired deletes the
 //     expired ones it made and no others; Tokens.Delete revokes one after its node joined.
-//   - ParseStatus reads the status file the script writes (DefaultStatusPath).
+//     Tokens.CreateForNode labels the token NodeLabel=<node>, so DeleteForNode can revoke
+//     every token of a node that is gone (the image canary does).
+//   - ParseStatus reads the status file the script writes (DefaultStatusPath);
+//     ParseNodeAnnotation reads its summary on the Node (NodeAnnotation).
 //   - RenderBuilder(BuilderInput) (UserData, error): an image builder's user-data. The same
 //     prelude and node.sh's functions, then builder.sh: runcmd runs its steps install (no
 //     join), cleanup (host keys, machine-id, cloud-init state, apt caches, logs) and report,

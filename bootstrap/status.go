@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -75,4 +77,85 @@ func ParseManifest(data []byte) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("image manifest %s: %w", ManifestPath, err)
 	}
 	return m, nil
+}
+
+// NodeAnnotation is the Node annotation the node script sets once it has joined (best effort,
+// with the kubelet's credentials): "prebaked=BOOL total=MSms PHASE=MSms/RESULT ...", one
+// PHASE=... word per phase in order. ParseNodeAnnotation reads it.
+const NodeAnnotation = "prebake.dev/bootstrap"
+
+// NodeReport is what the NodeAnnotation says: a summary of the Status file.
+type NodeReport struct {
+	// Prebaked is true when the image carried a manifest.
+	Prebaked bool
+	TotalMs  int64
+	// Phases are the phases' results (ok, skipped or failed) and durations, in order.
+	Phases []Phase
+}
+
+// Phase returns the named phase, if the script reported it.
+func (r NodeReport) Phase(name string) (Phase, bool) {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Phase{}, false
+}
+
+// RanInstall reports whether the script installed something (its install phase did not
+// skip): on an image that claims to be prebaked, that means the image lacks what it should
+// carry.
+func (r NodeReport) RanInstall() bool {
+	p, ok := r.Phase("install")
+	return ok && p.Result != "skipped"
+}
+
+// ParseNodeAnnotation decodes the NodeAnnotation's value.
+func ParseNodeAnnotation(value string) (NodeReport, error) {
+	var r NodeReport
+	bad := func(format string, args ...any) (NodeReport, error) {
+		return NodeReport{}, fmt.Errorf("node annotation %s=%q: %s", NodeAnnotation, value, fmt.Sprintf(format, args...))
+	}
+	words := strings.Fields(value)
+	if len(words) < 2 {
+		return bad("want \"prebaked=BOOL total=MSms PHASE=MSms/RESULT ...\"")
+	}
+	switch words[0] {
+	case "prebaked=true":
+		r.Prebaked = true
+	case "prebaked=false":
+	default:
+		return bad("first word %q: want prebaked=true or prebaked=false", words[0])
+	}
+	total, ok := strings.CutPrefix(words[1], "total=")
+	if !ok {
+		return bad("second word %q: want total=MSms", words[1])
+	}
+	var err error
+	if r.TotalMs, err = parseMs(total); err != nil {
+		return bad("total: %v", err)
+	}
+	for _, w := range words[2:] {
+		name, rest, ok := strings.Cut(w, "=")
+		ms, result, ok2 := strings.Cut(rest, "/")
+		if !ok || !ok2 || name == "" || result == "" {
+			return bad("phase %q: want PHASE=MSms/RESULT", w)
+		}
+		p := Phase{Name: name, Result: result}
+		if p.Ms, err = parseMs(ms); err != nil {
+			return bad("phase %s: %v", name, err)
+		}
+		r.Phases = append(r.Phases, p)
+	}
+	return r, nil
+}
+
+func parseMs(s string) (int64, error) {
+	n, ok := strings.CutSuffix(s, "ms")
+	v, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a duration in ms such as 120ms", s)
+	}
+	return v, nil
 }

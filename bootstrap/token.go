@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -26,6 +27,9 @@ const (
 	// ManagedByLabel marks the token Secrets prebake made; cleanup touches no other.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedByValue = "prebake"
+	// NodeLabel names the node a token Secret was made for (CreateForNode), so the token can be
+	// found and revoked by label (DeleteForNode) once that node is gone.
+	NodeLabel = "prebake.dev/node"
 	// MaxTokenTTL is the longest a join token lives. A node that has not joined by then has
 	// failed; a new scale-up gets a new token.
 	MaxTokenTTL = time.Hour
@@ -101,6 +105,21 @@ func (ts Tokens) now() time.Time {
 // token discovery needs. description says what it is for (e.g. the node name); it is not
 // secret.
 func (ts Tokens) Create(ctx context.Context, description string) (Token, error) {
+	return ts.create(ctx, description, nil)
+}
+
+// CreateForNode is Create for the node named node, labelled NodeLabel=node so DeleteForNode
+// finds it. A node name that is no valid label value (longer than 63 characters) gets no
+// label: its token then only expires.
+func (ts Tokens) CreateForNode(ctx context.Context, node string) (Token, error) {
+	var labels map[string]string
+	if len(validation.IsValidLabelValue(node)) == 0 {
+		labels = map[string]string{NodeLabel: node}
+	}
+	return ts.create(ctx, "prebake node "+node, labels)
+}
+
+func (ts Tokens) create(ctx context.Context, description string, labels map[string]string) (Token, error) {
 	ttl := ts.TTL
 	if ttl == 0 {
 		ttl = MaxTokenTTL
@@ -117,7 +136,7 @@ func (ts Tokens) Create(ctx context.Context, description string) (Token, error) 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      tokenSecretPrefix + tok.ID,
 			Namespace: metav1.NamespaceSystem,
-			Labels:    map[string]string{ManagedByLabel: ManagedByValue},
+			Labels:    withManagedBy(labels),
 		},
 		Type: tokenSecretType,
 		Data: map[string][]byte{
@@ -145,6 +164,47 @@ func (ts Tokens) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("bootstrap: delete join token Secret kube-system/%s%s: %w", tokenSecretPrefix, id, err)
 	}
 	return nil
+}
+
+// DeleteForNode revokes every token CreateForNode made for node and returns how many it
+// deleted. None is not an error: providers that boot nothing get no token.
+func (ts Tokens) DeleteForNode(ctx context.Context, node string) (int, error) {
+	if len(validation.IsValidLabelValue(node)) > 0 {
+		return 0, nil
+	}
+	secrets := ts.Client.CoreV1().Secrets(metav1.NamespaceSystem)
+	sel := ManagedByLabel + "=" + ManagedByValue + "," + NodeLabel + "=" + node
+	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return 0, fmt.Errorf("bootstrap: list join token Secrets of node %s in kube-system: %w", node, err)
+	}
+	deleted := 0
+	var errs []error
+	for _, s := range list.Items {
+		if s.Type != tokenSecretType {
+			continue
+		}
+		err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			deleted++
+		case apierrors.IsNotFound(err):
+		default:
+			errs = append(errs, fmt.Errorf("delete kube-system/%s: %w", s.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return deleted, fmt.Errorf("bootstrap: revoke the join tokens of node %s: %w", node, errors.Join(errs...))
+	}
+	return deleted, nil
+}
+
+func withManagedBy(labels map[string]string) map[string]string {
+	out := map[string]string{ManagedByLabel: ManagedByValue}
+	for k, v := range labels {
+		out[k] = v
+	}
+	return out
 }
 
 // CleanupExpired deletes the expired join tokens prebake made (by ManagedByLabel) and returns
