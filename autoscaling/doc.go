@@ -16,4 +16,8 @@
 //     DeleteNodes never takes a group below its minimum.
 //   - The cloud is the source of truth: after a restart Sync rebuilds every
 //     instance from providers' List.
+//   - JoinCanary (the image canary) makes its machine through the same
+//     createRequest and worker create path as a scale-up, counted in the
+//     group's target while it exists, and always deletes it, its Node and its
+//     join tokens before Check returns.
 package autoscaling

@@ -55,21 +55,32 @@ func (c *Core) IncreaseSize(id string, delta int) error {
 }
 
 func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
-	var name string
-	for {
-		name = g.spec.ID + "-" + c.opts.NameRand()
-		if _, taken := c.byName[name]; !taken {
-			break
-		}
-	}
+	name := c.freeNameLocked(g)
 	image, kind, fb := c.resolveImage(g)
-	req := c.createRequest(g, name, image, kind)
-	inst := &instance{name: name, group: g, req: req, phase: phaseQueued, state: providers.StateCreating,
-		image: image, imageKind: kind, requestedAt: now}
+	inst := c.addInstanceLocked(g, c.createRequest(g, name, image, kind), now)
 	if fb != nil {
 		fb.Machine = name
 		inst.fallback = fb
 	}
+	return inst
+}
+
+// freeNameLocked picks a machine name of g that no instance has.
+func (c *Core) freeNameLocked(g *group) string {
+	for {
+		name := g.spec.ID + "-" + c.opts.NameRand()
+		if _, taken := c.byName[name]; !taken {
+			return name
+		}
+	}
+}
+
+// addInstanceLocked records a queued instance of g that req creates, under
+// the providerID it will register with (or a placeholder).
+func (c *Core) addInstanceLocked(g *group, req providers.CreateRequest, now time.Time) *instance {
+	name := req.Name
+	inst := &instance{name: name, group: g, req: req, phase: phaseQueued, state: providers.StateCreating,
+		image: req.Image, imageKind: req.ImageKind, requestedAt: now}
 	if id, known := g.provider.ProviderID(req); known {
 		inst.providerID = id
 	} else {

@@ -58,7 +58,7 @@ func (b *BootstrapUserData) UserData(ctx context.Context, provider string, req p
 		return nil, nil
 	}
 	b.cleanup(ctx)
-	tok, err := b.Tokens.Create(ctx, "prebake node "+req.Name)
+	tok, err := b.Tokens.CreateForNode(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +72,18 @@ func (b *BootstrapUserData) UserData(ctx context.Context, provider string, req p
 		return ud.Script, nil
 	}
 	return ud.CloudConfig, nil
+}
+
+// JoinTokenRevoker is implemented by a UserDataSource whose user-data
+// carries a join token: it revokes every token made for a machine that is
+// gone. The canary uses it; a scaled-up node's token just expires.
+type JoinTokenRevoker interface {
+	RevokeJoinTokens(ctx context.Context, machine string) (int, error)
+}
+
+// RevokeJoinTokens implements JoinTokenRevoker.
+func (b *BootstrapUserData) RevokeJoinTokens(ctx context.Context, machine string) (int, error) {
+	return b.Tokens.DeleteForNode(ctx, machine)
 }
 
 func (b *BootstrapUserData) input(provider string, req providers.CreateRequest, providerID, token string) bootstrap.Input {

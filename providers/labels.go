@@ -12,6 +12,9 @@ const (
 	LabelImage = "prebake.dev/image"
 	// LabelImageKind is prebaked or runtime-install.
 	LabelImageKind = "prebake.dev/image-kind"
+	// TaintCanary=<group>:NoSchedule is on the Node of the image canary's
+	// machine (autoscaling.JoinCanary), which is deleted without a drain.
+	TaintCanary = "prebake.dev/canary"
 	// LabelMachine is the machine name the core chose, on cloud resources.
 	LabelMachine = "prebake.dev/machine"
 

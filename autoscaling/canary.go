@@ -1,0 +1,443 @@
+package autoscaling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// Canary defaults.
+const (
+	DefaultCanaryTimeout = 10 * time.Minute
+	defaultCanaryPoll    = 2 * time.Second
+	defaultCanaryCleanup = 2 * time.Minute
+	// canaryProgressEvery is how often an unchanged wait is reported again.
+	canaryProgressEvery = 30 * time.Second
+)
+
+// CanaryOptions tune a JoinCanary.
+type CanaryOptions struct {
+	// Timeout bounds the create and the wait for a Ready Node; 0 means
+	// DefaultCanaryTimeout.
+	Timeout time.Duration
+	// Poll is how often the Node is read; 0 means 2s.
+	Poll time.Duration
+	// CleanupTimeout bounds the deletes that always follow; 0 means 2m.
+	CleanupTimeout time.Duration
+	// Progress receives one line whenever what the canary sees changes
+	// (and every 30s while it doesn't); nil discards them.
+	Progress io.Writer
+}
+
+// JoinCanary is prebake's own imagecatalog.Canary: an image passes when a
+// machine of one configured node group, booted from it the way a scale-up
+// boots one, joined the cluster as a Ready Node that says it is that image.
+//
+// The machine is made by the core itself: the group's CreateRequest
+// (createRequest) with the image under test and one more taint,
+// providers.TaintCanary=<group>:NoSchedule, since the canary deletes its
+// Node without a drain; the workers' create path (user-data rendering with a
+// fresh join token, rate limit, retries, error classes). While it exists the
+// machine counts toward the group, here and in every prebake serve that
+// lists it: a group at maxSize is refused.
+//
+// Whatever happens (pass, failure, timeout, ctx cancelled) Check deletes the
+// machine and its Node and revokes its join tokens before it returns.
+type JoinCanary struct {
+	core  *Core
+	group *group
+	nodes kubernetes.Interface
+	opts  CanaryOptions
+}
+
+// NewJoinCanary returns the canary of group on a core built from the serve
+// config (New; Start it before Check). nodes is the cluster the machine
+// joins.
+func NewJoinCanary(c *Core, nodes kubernetes.Interface, group string, o CanaryOptions) (*JoinCanary, error) {
+	g, err := c.group(group)
+	if err != nil {
+		return nil, fmt.Errorf("canary group: %w", err)
+	}
+	if nodes == nil {
+		return nil, fmt.Errorf("canary group %q: no cluster to watch its Node in: give the kubeconfig of the cluster its machines join (the provider's kubeconfig or bootstrap.kubeconfig, $KUBECONFIG, or in-cluster)", group)
+	}
+	if g.provider.Images() == nil {
+		return nil, fmt.Errorf("canary group %q: provider %q can't boot custom images, so it can't boot the image under test; pick a group of a provider that can", group, g.provider.Name())
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultCanaryTimeout
+	}
+	if o.Poll <= 0 {
+		o.Poll = defaultCanaryPoll
+	}
+	if o.CleanupTimeout <= 0 {
+		o.CleanupTimeout = defaultCanaryCleanup
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return &JoinCanary{core: c, group: g, nodes: nodes, opts: o}, nil
+}
+
+func (j *JoinCanary) String() string {
+	return fmt.Sprintf("join of one %s machine of group %s (timeout %s)", j.group.provider.Name(), j.group.spec.ID, j.opts.Timeout)
+}
+
+func (j *JoinCanary) progress(format string, args ...any) {
+	fmt.Fprintf(j.opts.Progress, "canary %s: %s\n", j.group.spec.ID, fmt.Sprintf(format, args...))
+}
+
+// Check boots one machine of the group from im, waits until its Node is
+// Ready, labelled with im.ID and (where bootstrap ran) reports a prebaked
+// boot, and cleans up. nil means the image passed.
+func (j *JoinCanary) Check(ctx context.Context, im imagecatalog.Image) (err error) {
+	g := j.group
+	fail := func(err error) error {
+		return fmt.Errorf("canary on group %q, image %s: %w", g.spec.ID, im.ID, err)
+	}
+	if im.ID == "" {
+		return fail(errors.New("the image has no id"))
+	}
+	if im.Provider != "" && im.Provider != g.provider.Name() {
+		return fail(fmt.Errorf("the image is for provider %q but the group's provider is %q; pick a group of %s", im.Provider, g.provider.Name(), im.Provider))
+	}
+	// A fresh List, so the maxSize check counts what exists now.
+	j.core.Sync(ctx, true)
+	inst, err := j.core.reserveCanary(g, im.ID)
+	if err != nil {
+		return fail(err)
+	}
+	j.progress("booting machine %s from image %s (tainted %s=%s:NoSchedule)", inst.name, im.ID, providers.TaintCanary, g.spec.ID)
+	var nodeSeen string // the Node name, once one registered
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), j.opts.CleanupTimeout)
+		defer cancel()
+		if cerr := j.cleanup(cctx, inst, nodeSeen); cerr != nil {
+			err = errors.Join(err, fail(fmt.Errorf("cleanup: %w", cerr)))
+		}
+	}()
+
+	wctx, cancel := context.WithTimeout(ctx, j.opts.Timeout)
+	defer cancel()
+	start := j.core.now()
+	j.core.workers[g.provider.Name()].create(wctx, inst)
+	if ierr := j.core.createError(inst); ierr != nil {
+		what := "create failed"
+		if ierr.Class == providers.ErrorOutOfResources {
+			what = "no capacity"
+		}
+		if wctx.Err() != nil {
+			what += " (--canary-timeout " + j.opts.Timeout.String() + " or cancel)"
+		}
+		return fail(fmt.Errorf("%s (%s): %s", what, ierr.Code, ierr.Message))
+	}
+	needBootstrap := j.core.rendersBootstrap(g)
+	t := time.NewTicker(j.opts.Poll)
+	defer t.Stop()
+	var (
+		reported time.Time
+		last     string
+	)
+	for {
+		s := j.look(wctx, inst)
+		if s.String() != last || j.core.now().Sub(reported) >= canaryProgressEvery {
+			j.progress("after %s: %s", j.core.now().Sub(start).Round(time.Second), s)
+			reported, last = j.core.now(), s.String()
+		}
+		if s.Node != "" {
+			nodeSeen = s.Node
+		}
+		passed, verr := judgeCanary(s, im.ID, g.spec.ID, needBootstrap)
+		if verr != nil {
+			return fail(fmt.Errorf("%w; saw: %s", verr, s))
+		}
+		if passed {
+			j.progress("passed: %s joined as a Ready node of image %s", s.Node, im.ID)
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			why := fmt.Sprintf("no Ready node after %s", j.opts.Timeout)
+			if ctx.Err() != nil {
+				why = "cancelled: " + ctx.Err().Error()
+			}
+			return fail(fmt.Errorf("%s; last saw: %s", why, s))
+		case <-t.C:
+		}
+	}
+}
+
+// reserveCanary records the canary machine of g, booting image, as a
+// queued instance: it counts toward the group's target from now on.
+func (c *Core) reserveCanary(g *group, image string) (*instance, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
+	}
+	if !c.synced[g.provider.Name()] {
+		return nil, fmt.Errorf("%w: provider %s has not been listed (%v), so the group's size is unknown", ErrUnavailable, g.provider.Name(), c.listErr[g.provider.Name()])
+	}
+	if t := g.targetLocked(); t >= g.spec.MaxSize {
+		return nil, fmt.Errorf("%w: node group %q is at maxSize %d (%d machines) and the canary machine would count toward it; run the canary when the group has room, or raise maxSize",
+			ErrFailedPrecondition, g.spec.ID, g.spec.MaxSize, t)
+	}
+	req := c.createRequest(g, c.freeNameLocked(g), image, providers.ImagePrebaked)
+	req.NodeTaints = append(slices.Clone(req.NodeTaints), providers.Taint{Key: providers.TaintCanary, Value: g.spec.ID, Effect: string(corev1.TaintEffectNoSchedule)})
+	return c.addInstanceLocked(g, req, c.now()), nil
+}
+
+// createError is the instance's creation error, nil once the cloud has it.
+func (c *Core) createError(inst *instance) *providers.InstanceError {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if inst.phase == phaseFailed && inst.err != nil {
+		e := *inst.err
+		return &e
+	}
+	if inst.phase != phaseAccepted {
+		return &providers.InstanceError{Class: providers.ErrorOther, Code: "not_created", Message: fmt.Sprintf("the machine was not created (phase %d)", inst.phase)}
+	}
+	return nil
+}
+
+// rendersBootstrap reports whether g's machines boot with bootstrap's
+// user-data, whose node script annotates the Node with what it did.
+func (c *Core) rendersBootstrap(g *group) bool {
+	_, ok := c.opts.UserData.(*BootstrapUserData)
+	return ok && len(g.spec.UserData) == 0 && !noUserDataProviders[g.provider.Name()]
+}
+
+// canarySight is what the canary saw of its machine and Node at one moment.
+type canarySight struct {
+	Machine string // the machine's name
+	// State is the machine's state as the core last listed it, or "gone".
+	State      string
+	MachineErr string
+	Node       string // "" until a Node of the machine registered
+	// Ready is the Ready condition: True, False or Unknown with its
+	// reason, or "absent".
+	Ready string
+	// Blocking are taints that keep the node from counting as ready.
+	Blocking  []string
+	Image     string // the Node's LabelImage
+	ImageKind string // the Node's LabelImageKind
+	Tainted   bool   // the Node carries the canary taint
+	Bootstrap string // the Node's bootstrap.NodeAnnotation, "" when absent
+	ready     bool
+}
+
+func (s canarySight) String() string {
+	if s.Machine == "" {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "machine %s %s", s.Machine, s.State)
+	if s.MachineErr != "" {
+		fmt.Fprintf(&b, " (error: %s)", s.MachineErr)
+	}
+	if s.Node == "" {
+		b.WriteString("; no Node registered")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "; Node %s registered, Ready=%s", s.Node, s.Ready)
+	if len(s.Blocking) > 0 {
+		fmt.Fprintf(&b, ", taints %s", strings.Join(s.Blocking, ","))
+	}
+	fmt.Fprintf(&b, ", labels %s=%q %s=%q, canary taint %v", providers.LabelImage, s.Image, providers.LabelImageKind, s.ImageKind, s.Tainted)
+	if s.Bootstrap == "" {
+		fmt.Fprintf(&b, ", no %s annotation", bootstrap.NodeAnnotation)
+	} else {
+		fmt.Fprintf(&b, ", %s=%q", bootstrap.NodeAnnotation, s.Bootstrap)
+	}
+	return b.String()
+}
+
+// judgeCanary decides on one sight: passed, failed for good (err), or
+// neither (wait).
+func judgeCanary(s canarySight, image, group string, needBootstrap bool) (passed bool, err error) {
+	switch {
+	case s.State == "gone":
+		return false, errors.New("the machine vanished from the cloud")
+	case s.MachineErr != "":
+		return false, fmt.Errorf("the cloud reports the machine failed: %s", s.MachineErr)
+	case s.Node == "":
+		return false, nil
+	case s.Image != image:
+		return false, fmt.Errorf("the Node carries %s=%q, not the image under test", providers.LabelImage, s.Image)
+	case !s.Tainted:
+		return false, fmt.Errorf("the Node lacks the taint %s=%s:NoSchedule the canary asked for (a userDataFile that ignores the group's taints?); pods may have landed on it", providers.TaintCanary, group)
+	}
+	if s.Bootstrap != "" {
+		r, err := bootstrap.ParseNodeAnnotation(s.Bootstrap)
+		if err != nil {
+			return false, err
+		}
+		if !r.Prebaked {
+			return false, errors.New("bootstrap found no image manifest and installed at runtime: the image is not prebaked")
+		}
+		if r.RanInstall() {
+			return false, errors.New("bootstrap ran a runtime install on a prebaked image: the image lacks components (or versions) it should carry")
+		}
+	}
+	if !s.ready {
+		return false, nil
+	}
+	if needBootstrap && s.Bootstrap == "" {
+		return false, nil // the script annotates shortly after the join
+	}
+	return true, nil
+}
+
+// look reads the machine's state from the core and its Node from the
+// cluster.
+func (j *JoinCanary) look(ctx context.Context, inst *instance) canarySight {
+	c := j.core
+	c.mu.RLock()
+	s := canarySight{Machine: inst.name, State: inst.state.String()}
+	if inst.gone {
+		s.State = "gone"
+	}
+	if inst.err != nil {
+		s.MachineErr = inst.err.Code + ": " + inst.err.Message
+	}
+	pid, name := inst.providerID, inst.name
+	c.mu.RUnlock()
+	n, err := j.findNode(ctx, pid, name)
+	if err != nil {
+		s.Ready = "unknown (" + err.Error() + ")"
+		return s
+	}
+	if n == nil {
+		return s
+	}
+	s.Node, s.Ready = n.Name, "absent"
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			s.Ready = string(cond.Status)
+			if cond.Status != corev1.ConditionTrue && cond.Reason != "" {
+				s.Ready += " (" + cond.Reason + ")"
+			}
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable:
+			s.Blocking = append(s.Blocking, t.Key)
+		case providers.TaintCanary:
+			s.Tainted = t.Value == j.group.spec.ID && t.Effect == corev1.TaintEffectNoSchedule
+		}
+	}
+	s.Image, s.ImageKind = n.Labels[providers.LabelImage], n.Labels[providers.LabelImageKind]
+	s.Bootstrap = n.Annotations[bootstrap.NodeAnnotation]
+	s.ready = nodeReady(n)
+	return s
+}
+
+// findNode returns the group's Node with this providerID (or, before the
+// kubelet set one, this name), nil when none registered yet.
+func (j *JoinCanary) findNode(ctx context.Context, providerID, name string) (*corev1.Node, error) {
+	sel := providers.LabelCluster + "=" + j.core.opts.Cluster + "," + providers.LabelGroup + "=" + j.group.spec.ID
+	list, err := j.nodes.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list the group's Nodes: %w", err)
+	}
+	for i := range list.Items {
+		n := &list.Items[i]
+		if providerID != "" && n.Spec.ProviderID == providerID || n.Name == name {
+			return n, nil
+		}
+	}
+	return nil, nil
+}
+
+// cleanup deletes the canary's machine and Node and revokes its join
+// tokens; each step runs even when another failed.
+func (j *JoinCanary) cleanup(ctx context.Context, inst *instance, nodeName string) error {
+	c, g := j.core, j.group
+	var errs []error
+	c.mu.Lock()
+	pid, placeholder := inst.providerID, inst.placeholder
+	if !inst.gone {
+		inst.phase = phaseDeleting
+	}
+	c.mu.Unlock()
+	if placeholder {
+		// The cloud never answered with an id; it may have made the machine
+		// anyway. Machine names are unique: find it by its name.
+		pid = ""
+		listed, err := g.provider.List(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s to find machine %s: %w", g.provider.Name(), inst.name, err))
+		}
+		for _, li := range listed {
+			if li.Name == inst.name {
+				pid = li.ProviderID
+			}
+		}
+	}
+	deleted := pid == "" && len(errs) == 0
+	if pid != "" {
+		w := c.workers[g.provider.Name()]
+		_, err := w.call(ctx, func(ctx context.Context) error { return g.provider.Delete(ctx, pid) })
+		if err != nil && !errors.Is(err, providers.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("delete machine %s (%s): %w", inst.name, pid, err))
+		} else {
+			deleted = true
+		}
+	}
+	c.mu.Lock()
+	if deleted {
+		if !inst.gone {
+			c.forgetLocked(inst)
+		}
+		delete(c.nodeNames, pid)
+	} else {
+		inst.deleteFailed = true // the next Sync retries it
+	}
+	c.mu.Unlock()
+	// The Node after the machine, so no kubelet registers it again: the one
+	// seen, and one that registered since the last look.
+	names := []string{nodeName}
+	if n, err := j.findNode(ctx, pid, inst.name); err != nil {
+		errs = append(errs, err)
+	} else if n != nil {
+		names = append(names, n.Name)
+	}
+	for _, name := range slices.Compact(names) {
+		if name == "" {
+			continue
+		}
+		err := j.nodes.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete Node %s: %w", name, err))
+		}
+	}
+	revoked := 0
+	if r, ok := c.opts.UserData.(JoinTokenRevoker); ok {
+		n, err := r.RevokeJoinTokens(ctx, inst.name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		revoked = n
+	}
+	if err := errors.Join(errs...); err != nil {
+		j.progress("cleanup of %s incomplete: %v", inst.name, err)
+		return err
+	}
+	j.progress("cleaned up: machine %s and its Node deleted, %d join token(s) revoked", inst.name, revoked)
+	return nil
+}
