@@ -93,7 +93,16 @@ func NewJoinCanary(c *Core, nodes kubernetes.Interface, group string, o CanaryOp
 }
 
 func (j *JoinCanary) String() string {
-	return fmt.Sprintf("join of one %s machine of group %s (timeout %s)", j.group.provider.Name(), j.group.spec.ID, j.opts.Timeout)
+	return CanaryDescription(j.group.provider.Name(), j.group.spec.ID, j.opts.Timeout)
+}
+
+// CanaryDescription is how a JoinCanary of group names itself in progress
+// lines and refresh results.
+func CanaryDescription(provider, group string, timeout time.Duration) string {
+	if timeout <= 0 {
+		timeout = DefaultCanaryTimeout
+	}
+	return fmt.Sprintf("join of one %s machine of group %s (timeout %s)", provider, group, timeout)
 }
 
 func (j *JoinCanary) progress(format string, args ...any) {
@@ -113,6 +122,11 @@ func (j *JoinCanary) Check(ctx context.Context, im imagecatalog.Image) (err erro
 	}
 	if im.Provider != "" && im.Provider != g.provider.Name() {
 		return fail(fmt.Errorf("the image is for provider %q but the group's provider is %q; pick a group of %s", im.Provider, g.provider.Name(), im.Provider))
+	}
+	if k, kerr := im.Key(); kerr == nil {
+		if err := fitsGroup(k, g.imageQuery().Key); err != nil {
+			return fail(err)
+		}
 	}
 	// A fresh List, so the maxSize check counts what exists now.
 	j.core.Sync(ctx, true)
@@ -178,6 +192,20 @@ func (j *JoinCanary) Check(ctx context.Context, im imagecatalog.Image) (err erro
 		case <-t.C:
 		}
 	}
+}
+
+// fitsGroup checks that an image of key k is one group g (whose query key
+// is want) boots: its arch, and its OS release and k8s minor where the
+// group pins them. A recipe of several keys needs a canary group per key.
+func fitsGroup(k, want imagecatalog.Key) error {
+	for _, f := range []struct{ what, got, want string }{
+		{"arch", k.Arch, want.Arch}, {"os", k.OS, want.OS}, {"k8s minor", k.K8sMinor, want.K8sMinor},
+	} {
+		if f.want != imagecatalog.Any && f.got != f.want {
+			return fmt.Errorf("the image's %s is %s but the group boots %s; run refresh with --only for the keys this group can test", f.what, f.got, f.want)
+		}
+	}
+	return nil
 }
 
 // reserveCanary records the canary machine of g, booting image, as a

@@ -303,6 +303,11 @@ func TestNewJoinCanaryErrors(t *testing.T) {
 	if err := canary.Check(t.Context(), other); err == nil || !strings.Contains(err.Error(), `the image is for provider "hcloud"`) {
 		t.Errorf("Check of another provider's image = %v", err)
 	}
+	arm := canaryImage
+	arm.Name = "prebake-ubuntu-2404-k8s-1-34-2-arm64-20261130t1504"
+	if err := canary.Check(t.Context(), arm); err == nil || !strings.Contains(err.Error(), "the image's arch is arm64 but the group boots amd64") {
+		t.Errorf("Check of an arm64 image on an amd64 group = %v", err)
+	}
 	if n := p2.Calls("Create"); n != 0 {
 		t.Errorf("%d creates for an image of another provider", n)
 	}
