@@ -80,49 +80,11 @@ func Run(ctx context.Context, o Options) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	apiMetrics := metrics.NewAPIMetrics(reg)
-
-	built, err := buildProviders(cfg, apiMetrics, log)
+	bc, err := buildCore(ctx, cfg, o.ConfigPath, reg, log, nil)
 	if err != nil {
 		return err
 	}
-	groups, err := groupSpecs(cfg)
-	if err != nil {
-		return err
-	}
-	userData, err := bootstrapUserData(cfg, &built, log)
-	if err != nil {
-		return err
-	}
-	var nodes *autoscaling.KubeNodes
-	if built.kube != nil {
-		nodes = autoscaling.NewKubeNodes(built.kube, cfg.ClusterName)
-	}
-	coreOpts := autoscaling.Options{
-		Cluster:         cfg.ClusterName,
-		Groups:          groups,
-		Providers:       built.providers,
-		RefreshInterval: cfg.RefreshInterval.Duration,
-		Reserved:        cfg.Reserved(),
-		GPULabel:        cfg.GPULabel,
-		Workers: autoscaling.WorkerOptions{
-			Parallelism: cfg.Workers.Parallelism, QPS: cfg.Workers.QPS, Burst: cfg.Workers.Burst, Retries: cfg.Workers.Retries,
-		},
-		Metrics:  autoscaling.NewMetrics(reg),
-		Logger:   log,
-		UserData: userData,
-	}
-	if nodes != nil {
-		coreOpts.Nodes = nodes
-		coreOpts.Events = autoscaling.NewKubeEvents(built.kube, log)
-	}
-	if coreOpts.Catalog, err = catalogSource(cfg, built.kube); err != nil {
-		return err
-	}
-	core, err := autoscaling.New(ctx, coreOpts)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.ConfigPath, err)
-	}
+	core, nodes, groups := bc.core, bc.nodes, bc.groups
 
 	lis, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -200,6 +162,69 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("stopped")
 	return serveErr
+}
+
+// builtCore is a core assembled from a config, not yet started.
+type builtCore struct {
+	core   *autoscaling.Core
+	groups []autoscaling.GroupSpec
+	// nodes watches the workload cluster; nil without one.
+	nodes *autoscaling.KubeNodes
+	// kube is the workload cluster (the kwok or bootstrap client), or nil.
+	kube kubernetes.Interface
+}
+
+// buildCore builds the providers, groups, user-data renderer, node client
+// and catalog source of cfg and the core over them: what Run serves and
+// what the image canary boots its machine with. kube, when set, stands in
+// for the workload cluster the config would give the bootstrap tokens, the
+// Nodes and the Events (the providers keep their own clients).
+func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg prometheus.Registerer, log *slog.Logger, kube kubernetes.Interface) (builtCore, error) {
+	built, err := buildProviders(cfg, metrics.NewAPIMetrics(reg), log)
+	if err != nil {
+		return builtCore{}, err
+	}
+	if kube != nil {
+		built.kube = kube
+	}
+	groups, err := groupSpecs(cfg)
+	if err != nil {
+		return builtCore{}, err
+	}
+	userData, err := bootstrapUserData(cfg, &built, log)
+	if err != nil {
+		return builtCore{}, err
+	}
+	var nodes *autoscaling.KubeNodes
+	if built.kube != nil {
+		nodes = autoscaling.NewKubeNodes(built.kube, cfg.ClusterName)
+	}
+	coreOpts := autoscaling.Options{
+		Cluster:         cfg.ClusterName,
+		Groups:          groups,
+		Providers:       built.providers,
+		RefreshInterval: cfg.RefreshInterval.Duration,
+		Reserved:        cfg.Reserved(),
+		GPULabel:        cfg.GPULabel,
+		Workers: autoscaling.WorkerOptions{
+			Parallelism: cfg.Workers.Parallelism, QPS: cfg.Workers.QPS, Burst: cfg.Workers.Burst, Retries: cfg.Workers.Retries,
+		},
+		Metrics:  autoscaling.NewMetrics(reg),
+		Logger:   log,
+		UserData: userData,
+	}
+	if nodes != nil {
+		coreOpts.Nodes = nodes
+		coreOpts.Events = autoscaling.NewKubeEvents(built.kube, log)
+	}
+	if coreOpts.Catalog, err = catalogSource(cfg, built.kube); err != nil {
+		return builtCore{}, err
+	}
+	core, err := autoscaling.New(ctx, coreOpts)
+	if err != nil {
+		return builtCore{}, fmt.Errorf("%s: %w", configPath, err)
+	}
+	return builtCore{core: core, groups: groups, nodes: nodes, kube: built.kube}, nil
 }
 
 func httpMux(reg *prometheus.Registry, core *autoscaling.Core) *http.ServeMux {
