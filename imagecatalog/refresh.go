@@ -26,8 +26,10 @@ var ErrNoCanary = errors.New("no canary configured")
 // CommandCanary runs a command; exit status 0 passes. The image is passed in
 // the environment: PREBAKE_IMAGE_ID, PREBAKE_IMAGE_NAME,
 // PREBAKE_IMAGE_PROVIDER and PREBAKE_IMAGE_LOCATION. What the command does
-// (boot a server, kubeadm join, a smoke test) is up to the operator; prebake
-// ships no canary of its own yet.
+// (boot a server, kubeadm join, a smoke test) is up to the operator.
+// prebake's own canary, which boots a machine of a node group and waits for
+// its Node, is autoscaling.JoinCanary; the CLI wires it in, so this package
+// never imports autoscaling.
 type CommandCanary struct {
 	Command []string
 }
@@ -149,7 +151,7 @@ func refreshOne(ctx context.Context, api BuildAPI, store Store, spec BuildSpec, 
 	}
 	im, _ := c.Image(cand.Image)
 	if opts.Canary == nil {
-		res.Why = strings.TrimPrefix(fmt.Sprintf("%s; not promoted to %s: %v (give --canary-command)", res.Why, opts.To, ErrNoCanary), "; ")
+		res.Why = strings.TrimPrefix(fmt.Sprintf("%s; not promoted to %s: %v (give --canary-group or --canary-command)", res.Why, opts.To, ErrNoCanary), "; ")
 		progress("%s image %s not promoted: %v", spec.channel(), im.ID, ErrNoCanary)
 		return res, nil
 	}

@@ -12,11 +12,21 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/imagecatalog"
 )
 
-func newImagesCommand() *cobra.Command {
+func newImagesCommand() *cobra.Command { return newImagesCommandWith(imagesDeps{}) }
+
+// imagesDeps are what tests put in place of the real world; the zero value
+// is the real one.
+type imagesDeps struct {
+	// kube stands in for the workload cluster of the --canary-group canary.
+	kube kubernetes.Interface
+}
+
+func newImagesCommandWith(deps imagesDeps) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "images",
 		Short: "Build, publish and manage the catalog of prebaked node images",
@@ -37,7 +47,7 @@ given. Every command that changes something has --dry-run. See docs/images.md.`,
 	cmd.AddCommand(newImagesListCommand(), newImagesShowCommand(), newImagesResolveCommand(),
 		newImagesPromoteCommand(), newImagesRollbackCommand(), newImagesGCCommand(),
 		newImagesPublishCommand(), newImagesDeprecateCommand(), newImagesSyncCommand(),
-		newImagesBuildCommand(), newImagesRefreshCommand())
+		newImagesBuildCommand(), newImagesRefreshCommand(deps))
 	return cmd
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -13,8 +15,10 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/internal/serve"
 )
 
 func newImagesPublishCommand() *cobra.Command {
@@ -357,12 +361,14 @@ Progress goes to stderr. Building the same inputs again creates nothing.`,
 	return cmd
 }
 
-func newImagesRefreshCommand() *cobra.Command {
+func newImagesRefreshCommand(deps imagesDeps) *cobra.Command {
 	var (
-		b      buildFlags
-		maxAge time.Duration
-		canary string
-		to     string
+		b             buildFlags
+		maxAge        time.Duration
+		canary        string
+		canaryGroup   string
+		canaryTimeout time.Duration
+		to            string
 	)
 	cmd := &cobra.Command{
 		Use:   "refresh",
@@ -370,17 +376,31 @@ func newImagesRefreshCommand() *cobra.Command {
 		Long: `For each image of the recipe: build (as 'prebake images build') when no image has
 its inputs, or when the image that has them is older than --max-age. Then, when the
 candidate channel points elsewhere than --to (stable), run the canary and promote the
-candidate if it passes.
+candidate if it passes. Without a canary, refresh builds and publishes to candidate
+but never promotes. deploy/ runs this as a CronJob.
 
-The canary is the command given with --canary-command, run by /bin/sh -c, with
+--canary-group G is prebake's own canary. It builds the autoscaling core from
+--config exactly as 'prebake serve' does (providers, bootstrap user-data, the cluster
+found as serve finds it: the provider's or bootstrap's kubeconfig, $KUBECONFIG, or
+in-cluster) and boots ONE machine of node group G from the candidate, through the
+same request and user-data (a fresh join token) as a scale-up, with the extra taint
+prebake.dev/canary=G:NoSchedule. It passes when the machine's Node is Ready, carries
+prebake.dev/image=<candidate>, and, where bootstrap ran, its prebake.dev/bootstrap
+annotation says prebaked with no runtime install. It fails on a create error, no
+capacity, a mismatch, or --canary-timeout, saying what it last saw. Pass or fail, the
+machine, its Node and its join token are deleted. The machine counts toward G while
+it exists, so a G at maxSize is refused. Progress goes to stderr.
+
+--canary-command is an operator's own canary instead: run by /bin/sh -c with
 PREBAKE_IMAGE_ID, PREBAKE_IMAGE_NAME, PREBAKE_IMAGE_PROVIDER and
-PREBAKE_IMAGE_LOCATION set, and exit status 0 passes. It should boot a node from the
-image and join it to a test cluster. prebake ships no canary of its own yet: without
---canary-command, refresh builds and publishes to candidate but never promotes.
-deploy/ runs this as a CronJob.`,
-		Example: `  prebake images refresh --config prod.yaml --recipe recipe.yaml --max-age 168h --canary-command "/canary/join-test.sh"`,
-		Args:    cobra.NoArgs,
+PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.`,
+		Example: `  prebake images refresh --config prod.yaml --recipe recipe.yaml --max-age 168h --canary-group cx-fsn1
+  prebake images refresh --config prod.yaml --recipe recipe.yaml --canary-command "/canary/join-test.sh"`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if canary != "" && canaryGroup != "" {
+				return errors.New("--canary-group and --canary-command are two canaries: give one of them, not both")
+			}
 			env, specs, cloud, err := b.open(cmd)
 			if err != nil {
 				return err
@@ -389,8 +409,15 @@ deploy/ runs this as a CronJob.`,
 				Build:  imagecatalog.BuildOptions{Poll: b.poll, Timeout: b.timeout, DryRun: b.dryRun, Progress: env.progress},
 				MaxAge: maxAge, To: to,
 			}
-			if canary != "" {
+			switch {
+			case canary != "":
 				opts.Canary = imagecatalog.CommandCanary{Command: []string{"/bin/sh", "-c", canary}}
+			case canaryGroup != "":
+				stop, err := joinCanary(cmd, deps, &opts, canaryGroup, canaryTimeout, b.dryRun, env.progress)
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			results, rerr := imagecatalog.Refresh(cmd.Context(), cloud, env.store, specs, opts)
 			if err := env.write(results, func(w io.Writer) error {
@@ -411,7 +438,48 @@ deploy/ runs this as a CronJob.`,
 	}
 	b.register(cmd)
 	cmd.Flags().DurationVar(&maxAge, "max-age", 0, "rebuild an image older than this even if its inputs are unchanged (0: never)")
-	cmd.Flags().StringVar(&canary, "canary-command", "", "command that must pass before a candidate is promoted (none: never promote)")
+	cmd.Flags().StringVar(&canaryGroup, "canary-group", "", "node group of --config whose machine, booted from the candidate, must join as a Ready node before it is promoted")
+	cmd.Flags().DurationVar(&canaryTimeout, "canary-timeout", autoscaling.DefaultCanaryTimeout, "how long --canary-group waits for the machine's Node to be Ready")
+	cmd.Flags().StringVar(&canary, "canary-command", "", "command that must pass before a candidate is promoted, instead of --canary-group")
 	cmd.Flags().StringVar(&to, "to", imagecatalog.ChannelStable, "channel to promote a passing candidate to")
 	return cmd
+}
+
+// joinCanary sets opts.Canary to the --canary-group canary: a core built
+// from --config as serve builds it, started (stop shuts it down). A dry run
+// only checks that the group exists and starts nothing.
+func joinCanary(cmd *cobra.Command, deps imagesDeps, opts *imagecatalog.RefreshOptions, group string, timeout time.Duration, dryRun bool, progress io.Writer) (stop func(), err error) {
+	path, _ := cmd.Flags().GetString("config")
+	if dryRun {
+		provider, err := serve.CheckCanaryGroup(path, group)
+		if err != nil {
+			return nil, err
+		}
+		opts.Canary = describedCanary(autoscaling.CanaryDescription(provider, group, timeout))
+		return func() {}, nil
+	}
+	c, err := serve.NewCanary(cmd.Context(), serve.CanaryOptions{
+		ConfigPath: path, Group: group, Kube: deps.kube,
+		Canary: autoscaling.CanaryOptions{Timeout: timeout, Progress: progress},
+		Logger: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--canary-group %s: %w", group, err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), time.Minute)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			fmt.Fprintf(progress, "canary %s: shutdown: %v\n", group, err)
+		}
+	}, nil
+}
+
+// describedCanary is what a dry run shows of a canary it does not run.
+type describedCanary string
+
+func (d describedCanary) String() string { return string(d) }
+
+func (d describedCanary) Check(context.Context, imagecatalog.Image) error {
+	return fmt.Errorf("%s: not run in a dry run", string(d))
 }
