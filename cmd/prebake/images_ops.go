@@ -234,7 +234,7 @@ type buildFlags struct {
 func (b *buildFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&b.recipe, "recipe", "", "ImageRecipe file listing the images to build (example: deploy/components/image-refresh/recipe.yaml)")
 	cmd.Flags().StringSliceVar(&b.only, "only", nil, `build only these keys, as "os/k8s-minor/arch", e.g. ubuntu-2404/1.34/amd64`)
-	cmd.Flags().DurationVar(&b.poll, "poll", 10*time.Second, "how often to read the builder while it works")
+	cmd.Flags().DurationVar(&b.poll, "poll", 10*time.Second, "how often to read the builder while it works (and the --canary-group Node)")
 	cmd.Flags().DurationVar(&b.timeout, "timeout", 30*time.Minute, "how long to wait for the builder's report")
 	cmd.Flags().BoolVar(&b.dryRun, "dry-run", false, "say what would be built; boot nothing, change nothing")
 	_ = cmd.MarkFlagRequired("recipe")
@@ -413,7 +413,7 @@ PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.
 			case canary != "":
 				opts.Canary = imagecatalog.CommandCanary{Command: []string{"/bin/sh", "-c", canary}}
 			case canaryGroup != "":
-				stop, err := joinCanary(cmd, deps, &opts, canaryGroup, canaryTimeout, b.dryRun, env.progress)
+				stop, err := joinCanary(cmd, deps, &opts, canaryGroup, canaryTimeout, b.poll, b.dryRun, env.progress)
 				if err != nil {
 					return err
 				}
@@ -448,7 +448,7 @@ PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.
 // joinCanary sets opts.Canary to the --canary-group canary: a core built
 // from --config as serve builds it, started (stop shuts it down). A dry run
 // only checks that the group exists and starts nothing.
-func joinCanary(cmd *cobra.Command, deps imagesDeps, opts *imagecatalog.RefreshOptions, group string, timeout time.Duration, dryRun bool, progress io.Writer) (stop func(), err error) {
+func joinCanary(cmd *cobra.Command, deps imagesDeps, opts *imagecatalog.RefreshOptions, group string, timeout, poll time.Duration, dryRun bool, progress io.Writer) (stop func(), err error) {
 	path, _ := cmd.Flags().GetString("config")
 	if dryRun {
 		provider, err := serve.CheckCanaryGroup(path, group)
@@ -460,12 +460,13 @@ func joinCanary(cmd *cobra.Command, deps imagesDeps, opts *imagecatalog.RefreshO
 	}
 	c, err := serve.NewCanary(cmd.Context(), serve.CanaryOptions{
 		ConfigPath: path, Group: group, Kube: deps.kube,
-		Canary: autoscaling.CanaryOptions{Timeout: timeout, Progress: progress},
+		Canary: autoscaling.CanaryOptions{Timeout: timeout, Poll: poll, Progress: progress},
 		Logger: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--canary-group %s: %w", group, err)
 	}
+	opts.Canary = c
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), time.Minute)
 		defer cancel()
