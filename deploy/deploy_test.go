@@ -313,4 +313,82 @@ func TestImageRefreshComponent(t *testing.T) {
 	if d := cmp.Diff([]string{"create", "get", "update"}, verbs); d != "" {
 		t.Errorf("Role verbs (-want +got):\n%s", d)
 	}
+	checkImageRefreshCanary(t, objs, got)
+}
+
+// checkImageRefreshCanary: the CronJob promotes through prebake's own
+// canary, on a group of the config it mounts, and may do exactly what the
+// canary does: a join token for its server (the config has a bootstrap
+// block to render its user-data), and list + delete of Nodes.
+func checkImageRefreshCanary(t *testing.T, objs []*unstructured.Unstructured, args []string) {
+	t.Helper()
+	var group string
+	for _, a := range args {
+		if g, ok := strings.CutPrefix(a, "--canary-group="); ok {
+			group = g
+		}
+		if strings.HasPrefix(a, "--canary-command") {
+			t.Errorf("CronJob args %v: --canary-command next to the built-in canary", args)
+		}
+	}
+	if group == "" {
+		t.Fatalf("CronJob args %v lack --canary-group: nothing would ever be promoted", args)
+	}
+	cm := find(objs, "ConfigMap", "prebake-config")
+	if cm == nil {
+		t.Fatal("no prebake-config ConfigMap")
+	}
+	raw, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	path := t.TempDir() + "/config.yaml"
+	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("prebake-config: %v", err)
+	}
+	if cfg.Bootstrap == nil {
+		t.Error("prebake-config has no bootstrap block: the canary's server would boot without user-data to join with")
+	}
+	var groups []string
+	for _, g := range cfg.NodeGroups {
+		groups = append(groups, g.ID)
+	}
+	if !slices.Contains(groups, group) {
+		t.Errorf("--canary-group=%s is not a node group of prebake-config (%v)", group, groups)
+	}
+	rulesOf := func(kind, name string) map[string][]string {
+		o := find(objs, kind, name)
+		if o == nil {
+			t.Fatalf("no %s %s", kind, name)
+		}
+		out := map[string][]string{}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			rm, _ := r.(map[string]any)
+			res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+			vs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+			for _, x := range res {
+				out[x] = append(out[x], vs...)
+			}
+		}
+		return out
+	}
+	if d := cmp.Diff(map[string][]string{"nodes": {"list", "delete"}}, rulesOf("ClusterRole", "prebake-image-refresh-canary")); d != "" {
+		t.Errorf("canary ClusterRole (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[string][]string{"secrets": {"create", "list", "delete"}}, rulesOf("Role", "prebake-image-refresh-canary-tokens")); d != "" {
+		t.Errorf("canary token Role (-want +got):\n%s", d)
+	}
+	for kind, name := range map[string]string{"ClusterRoleBinding": "prebake-image-refresh-canary", "RoleBinding": "prebake-image-refresh-canary-tokens"} {
+		b := find(objs, kind, name)
+		if b == nil {
+			t.Errorf("no %s %s", kind, name)
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != "prebake-image-refresh" {
+			t.Errorf("%s %s binds %v, want the prebake-image-refresh ServiceAccount only", kind, name, subjects)
+		}
+	}
 }

@@ -71,7 +71,19 @@ func NewCanary(ctx context.Context, o CanaryOptions) (*Canary, error) {
 	if err != nil {
 		return nil, err
 	}
-	jc, err := autoscaling.NewJoinCanary(bc.core, bc.kube, o.Group, o.Canary)
+	kube := bc.kube
+	if kube == nil {
+		// No provider or bootstrap block names the cluster (hcloud groups
+		// with a userDataFile): find it as serve finds a provider's.
+		rc, err := restConfig("", "the kubeconfig of the cluster the group's machines join")
+		if err != nil {
+			return nil, fmt.Errorf("--canary-group %s: %w", o.Group, err)
+		}
+		if kube, err = kubernetes.NewForConfig(rc); err != nil {
+			return nil, err
+		}
+	}
+	jc, err := autoscaling.NewJoinCanary(bc.core, kube, o.Group, o.Canary)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.ConfigPath, err)
 	}
