@@ -30,8 +30,9 @@ const (
 
 // CanaryOptions tune a JoinCanary.
 type CanaryOptions struct {
-	// Timeout bounds the create and the wait for a Ready Node; 0 means
-	// DefaultCanaryTimeout.
+	// Timeout bounds the wait for a Ready Node once the cloud accepted the
+	// machine (the create itself is bounded like a scale-up's: the workers'
+	// call timeout and retries); 0 means DefaultCanaryTimeout.
 	Timeout time.Duration
 	// Poll is how often the Node is read; 0 means 2s.
 	Poll time.Duration
@@ -144,20 +145,20 @@ func (j *JoinCanary) Check(ctx context.Context, im imagecatalog.Image) (err erro
 		}
 	}()
 
-	wctx, cancel := context.WithTimeout(ctx, j.opts.Timeout)
-	defer cancel()
 	start := j.core.now()
-	j.core.workers[g.provider.Name()].create(wctx, inst)
+	j.core.workers[g.provider.Name()].create(ctx, inst)
 	if ierr := j.core.createError(inst); ierr != nil {
 		what := "create failed"
 		if ierr.Class == providers.ErrorOutOfResources {
 			what = "no capacity"
 		}
-		if wctx.Err() != nil {
-			what += " (--canary-timeout " + j.opts.Timeout.String() + " or cancel)"
+		if ctx.Err() != nil {
+			what += " (cancelled)"
 		}
 		return fail(fmt.Errorf("%s (%s): %s", what, ierr.Code, ierr.Message))
 	}
+	wctx, cancel := context.WithTimeout(ctx, j.opts.Timeout)
+	defer cancel()
 	needBootstrap := j.core.rendersBootstrap(g)
 	t := time.NewTicker(j.opts.Poll)
 	defer t.Stop()
