@@ -122,7 +122,6 @@ func TestImagesCLIRefreshCanaryGroup(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cloud := newCanaryCloud(t)
-			background(t, func(ctx context.Context) { runBuilderAgent(ctx, t, cloud.cliCloud, nil) })
 			background(t, func(ctx context.Context) { runKubelet(ctx, t, cloud, tc.report) })
 			cat := filepath.Join(cloud.dir, "images.yaml")
 			out, progress, err := runImagesWith(t, cloud, "refresh", "--recipe", writeRecipe(t, cloud.dir, cliVersions()), "--catalog", cat,
@@ -179,7 +178,6 @@ func TestImagesCLIRefreshCanaryGroup(t *testing.T) {
 func TestImagesCLIRefreshCanaryFlags(t *testing.T) {
 	t.Parallel()
 	cloud := newCanaryCloud(t)
-	background(t, func(ctx context.Context) { runBuilderAgent(ctx, t, cloud.cliCloud, nil) })
 	cat := filepath.Join(cloud.dir, "images.yaml")
 	recipe := writeRecipe(t, cloud.dir, cliVersions())
 	if out, progress, err := runImagesWith(t, cloud, "build", "--recipe", recipe, "--catalog", cat, "--config", cloud.config, "--poll", "5ms"); err != nil {
