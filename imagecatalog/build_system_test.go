@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +133,9 @@ type sandboxAgent struct {
 	// booted is set when a builder booted; done then receives what its cloud-init did.
 	booted bool
 	done   chan sandboxRun
+	// sshUp is set once cloud-init wrote the files and keys: only then does the builder's
+	// sshd answer with the builder's host key (builderssh.SetReady).
+	sshUp atomic.Bool
 }
 
 // sandboxHooks change the builder's filesystem: after the install step's runcmd entry, and
@@ -219,6 +223,7 @@ func (a *sandboxAgent) run(id, userData string) (res sandboxRun) {
 			return res
 		}
 	}
+	a.sshUp.Store(true) // cloud-init's ssh module runs in the same stage as write_files
 	if d := cmp.Diff(bootstrap.BuilderRunCmd(bootstrap.ReportOverSSH), cc.RunCmd); d != "" {
 		res.err = fmt.Errorf("builder runcmd (-bootstrap.BuilderRunCmd +user-data):\n%s", d)
 		return res
@@ -326,6 +331,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	defer cancel()
 	agent := &sandboxAgent{root: root, hooks: hooks, cancel: cancel, done: make(chan sandboxRun, 1)}
 	cloud := newBuildCloudExec(t, agent.seal)
+	cloud.sshd.SetReady(func(hcloudfake.Server) bool { return agent.sshUp.Load() })
 	agent.Provider, agent.cloud = cloud.p, cloud
 	sb := sandboxBuild{root: root, cloud: cloud, spec: sandboxSpec(comps, builderUserData(t, comps)),
 		store: imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}}
@@ -342,9 +348,7 @@ func runSandboxBuild(t *testing.T, request func([]bootstrap.Component), hooks sa
 	if sb.run.err != nil {
 		t.Fatalf("the sandbox builder broke: %v\nuser-data output:\n%s", sb.run.err, rootfstest.Tail(sb.run.out))
 	}
-	for _, s := range cloud.fake.Servers() {
-		sb.logins += cloud.sshd.Logins(s.ID)
-	}
+	sb.logins = cloud.sshd.Logins()
 	t.Logf("sandbox build: %.1f s in Build; the builder's install step (runtime install) %.1f s; install result %s; %d SSH logins",
 		elapsed.Seconds(), sb.run.install.Seconds(), sb.run.status, sb.logins)
 	return sb

@@ -183,68 +183,69 @@ func cliVersions() map[string]string {
 	return vs
 }
 
-// The acceptance scenario through the CLI and the real hcloud image API:
-// publish A-E, promote A, B, C to stable, roll back, candidate -> D, gc
-// --keep-history 1 deletes C and E in the cloud (only E with a live
-// instance on C); then sync rebuilds the catalog from the labels alone.
-func TestImagesCLIScenarioAgainstHcloudFake(t *testing.T) {
+// scenarioCloud is what the CLI acceptance scenario needs of a provider's fake: images
+// made outside prebake (as Packer would), an instance of the cluster booted from one, and
+// the images the cloud has left.
+type scenarioCloud interface {
+	configFile() string
+	workDir() string
+	// makeImage makes an unlabelled image and returns its id.
+	makeImage(t *testing.T, letter string) string
+	// bootFrom starts a live instance of the cluster from image id.
+	bootFrom(t *testing.T, id string)
+	// imageIDs are the cloud's images, sorted.
+	imageIDs(t *testing.T) []string
+	// checkStable checks what the cloud says of the image stable points to.
+	checkStable(t *testing.T, id string)
+}
+
+// runCLIScenario is the acceptance scenario through the CLI and the provider's real image
+// API: publish A-E, promote A, B, C to stable, roll back, candidate -> D, gc --keep-history 1
+// deletes C and E in the cloud (only E while an instance of the cluster runs from C); then
+// sync rebuilds the catalog from the labels alone.
+func runCLIScenario(t *testing.T, newCloud func(t *testing.T) scenarioCloud) {
 	t.Parallel()
 	for _, liveOnC := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no live instance", true: "live instance on C"}[liveOnC], func(t *testing.T) {
 			t.Parallel()
-			cloud := newCLICloud(t)
-			cat := filepath.Join(cloud.dir, "images.yaml")
-			manifest := filepath.Join(cloud.dir, "manifest.yaml")
+			cloud := newCloud(t)
+			config, dir := cloud.configFile(), cloud.workDir()
+			cat := filepath.Join(dir, "images.yaml")
+			manifest := filepath.Join(dir, "manifest.yaml")
 			mdata, _ := yaml.Marshal(imagecatalog.DefaultManifest(cliVersions()))
 			if err := os.WriteFile(manifest, mdata, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			ids, letter := map[string]string{}, map[string]string{}
 			for i, l := range []string{"A", "B", "C", "D", "E"} {
-				id := cloud.snapshot(t, "packer-"+l)
+				id := cloud.makeImage(t, l)
 				ids[l], letter[id] = id, l
 				name := fmt.Sprintf("prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t%02d04", 10+i)
-				if out, _, err := runImagesSplit(t, "publish", id, "--config", cloud.config, "--catalog", cat, "--name", name,
+				if out, _, err := runImagesSplit(t, "publish", id, "--config", config, "--catalog", cat, "--name", name,
 					"--inputs-hash", fmt.Sprintf("%032x", i), "--manifest", manifest, "--verified", "goss in CI"); err != nil {
 					t.Fatalf("publish %s: %v\n%s", l, err, out)
 				}
 			}
-			steps := [][]string{
+			for _, s := range [][]string{
 				{"promote", ids["A"]}, {"promote", ids["B"]}, {"promote", ids["C"]},
 				{"rollback", "--reason", "C fails canary join"},
 				{"promote", ids["D"], "--channel", "candidate"},
-			}
-			for _, s := range steps {
-				if out, _, err := runImagesSplit(t, append(s, "--catalog", cat, "--config", cloud.config)...); err != nil {
+			} {
+				if out, _, err := runImagesSplit(t, append(s, "--catalog", cat, "--config", config)...); err != nil {
 					t.Fatalf("%v: %v\n%s", s, err, out)
 				}
 			}
 			if liveOnC {
-				if _, _, err := cloud.client.Server.Create(context.Background(), hc.ServerCreateOpts{Name: "node-1",
-					ServerType: &hc.ServerType{Name: "cx22"}, Image: &hc.Image{ID: mustInt(t, ids["C"])},
-					Location: &hc.Location{Name: "fsn1"}, Labels: map[string]string{"prebake.dev/cluster": "test"}}); err != nil {
-					t.Fatal(err)
-				}
+				cloud.bootFrom(t, ids["C"])
 			}
 			// The dry run deletes nothing but already sees the live instance.
-			out, _, err := runImagesSplit(t, "gc", "--keep-history", "1", "--dry-run", "--catalog", cat, "--config", cloud.config, "-o", "json")
+			out, _, err := runImagesSplit(t, "gc", "--keep-history", "1", "--dry-run", "--catalog", cat, "--config", config, "-o", "json")
 			var plan imagecatalog.GCPlan
 			if err != nil || json.Unmarshal([]byte(out), &plan) != nil {
 				t.Fatalf("gc --dry-run: %v\n%s", err, out)
 			}
-			if n := len(cloud.snapshotIDs(t)); n != 5 {
-				t.Errorf("gc --dry-run left %d of 5 snapshots", n)
-			}
-			if out, _, err = runImagesSplit(t, "gc", "--keep-history", "1", "--catalog", cat, "--config", cloud.config); err != nil {
-				t.Fatalf("gc: %v\n%s", err, out)
-			}
-			want := []string{ids["A"], ids["B"], ids["D"]}
-			if liveOnC {
-				want = append(want, ids["C"])
-			}
-			slices.Sort(want)
-			if d := cmp.Diff(want, cloud.snapshotIDs(t)); d != "" {
-				t.Errorf("snapshots after gc (-want +got):\n%s", d)
+			if n := len(cloud.imageIDs(t)); n != 5 {
+				t.Errorf("gc --dry-run left %d of 5 images", n)
 			}
 			var planned []string
 			for _, id := range plan.Delete {
@@ -257,26 +258,61 @@ func TestImagesCLIScenarioAgainstHcloudFake(t *testing.T) {
 			if d := cmp.Diff(wantPlanned, planned); d != "" {
 				t.Errorf("dry-run plan deletes (-want +got):\n%s", d)
 			}
-			im, _, err := cloud.client.Image.GetByID(context.Background(), mustInt(t, ids["B"]))
-			if err != nil || !im.Protection.Delete || im.Labels["prebake.dev/channel-stable"] != "current" {
-				t.Errorf("stable image B: protected %v, labels %v, %v", im != nil && im.Protection.Delete, im.Labels, err)
+			if out, _, err = runImagesSplit(t, "gc", "--keep-history", "1", "--catalog", cat, "--config", config); err != nil {
+				t.Fatalf("gc: %v\n%s", err, out)
 			}
+			want := []string{ids["A"], ids["B"], ids["D"]}
+			if liveOnC {
+				want = append(want, ids["C"])
+			}
+			slices.Sort(want)
+			if d := cmp.Diff(want, cloud.imageIDs(t)); d != "" {
+				t.Errorf("images after gc (-want +got):\n%s", d)
+			}
+			cloud.checkStable(t, ids["B"])
 
-			// Sync into an empty catalog: stable still resolves to B.
-			fresh := filepath.Join(cloud.dir, "synced.yaml")
-			if out, _, err := runImagesSplit(t, "sync", "--catalog", fresh, "--config", cloud.config); err != nil {
+			// Sync into an empty catalog: the channels come back from the labels alone.
+			fresh := filepath.Join(dir, "synced.yaml")
+			if out, _, err := runImagesSplit(t, "sync", "--catalog", fresh, "--config", config); err != nil {
 				t.Fatalf("sync: %v\n%s", err, out)
 			}
-			out, _, err = runImagesSplit(t, "resolve", "--catalog", fresh)
-			if err != nil || out != ids["B"]+"\n" {
-				t.Errorf("resolve stable after sync = %q, %v; want B (%s)", out, err, ids["B"])
-			}
-			out, _, err = runImagesSplit(t, "resolve", "--catalog", fresh, "--channel", "candidate")
-			if err != nil || out != ids["D"]+"\n" {
-				t.Errorf("resolve candidate after sync = %q, %v; want D (%s)", out, err, ids["D"])
+			for ch, l := range map[string]string{"stable": "B", "candidate": "D"} {
+				out, _, err = runImagesSplit(t, "resolve", "--catalog", fresh, "--channel", ch)
+				if err != nil || out != ids[l]+"\n" {
+					t.Errorf("resolve %s after sync = %q, %v; want %s (%s)", ch, out, err, l, ids[l])
+				}
 			}
 		})
 	}
+}
+
+func (c cliCloud) configFile() string { return c.config }
+func (c cliCloud) workDir() string    { return c.dir }
+
+func (c cliCloud) makeImage(t *testing.T, letter string) string { return c.snapshot(t, "packer-"+letter) }
+
+func (c cliCloud) imageIDs(t *testing.T) []string { return c.snapshotIDs(t) }
+
+func (c cliCloud) bootFrom(t *testing.T, id string) {
+	t.Helper()
+	if _, _, err := c.client.Server.Create(context.Background(), hc.ServerCreateOpts{Name: "node-1",
+		ServerType: &hc.ServerType{Name: "cx22"}, Image: &hc.Image{ID: mustInt(t, id)},
+		Location: &hc.Location{Name: "fsn1"}, Labels: map[string]string{"prebake.dev/cluster": "test"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkStable: on Hetzner the stable image is delete-protected, and labelled.
+func (c cliCloud) checkStable(t *testing.T, id string) {
+	t.Helper()
+	im, _, err := c.client.Image.GetByID(context.Background(), mustInt(t, id))
+	if err != nil || !im.Protection.Delete || im.Labels["prebake.dev/channel-stable"] != "current" {
+		t.Errorf("stable image %s: protected %v, labels %v, %v", id, im != nil && im.Protection.Delete, im.Labels, err)
+	}
+}
+
+func TestImagesCLIScenarioAgainstHcloudFake(t *testing.T) {
+	runCLIScenario(t, func(t *testing.T) scenarioCloud { return newCLICloud(t) })
 }
 
 func mustInt(t *testing.T, s string) int64 {

@@ -135,93 +135,33 @@ func (c gceCLICloud) imageLabels(t *testing.T, name string) map[string]string {
 	return nil
 }
 
-// The acceptance scenario through the CLI and the real compute image API:
-// publish A-E, promote A, B, C to stable, roll back, candidate -> D, gc
-// --keep-history 1 deletes C and E (only E while an instance of the
-// cluster runs from C); then sync rebuilds the catalog from the labels.
-func TestImagesCLIScenarioAgainstGCEFake(t *testing.T) {
-	t.Parallel()
-	for _, liveOnC := range []bool{false, true} {
-		t.Run(map[bool]string{false: "no live instance", true: "live instance on C"}[liveOnC], func(t *testing.T) {
-			t.Parallel()
-			cloud := newGCECLICloud(t)
-			cat := filepath.Join(cloud.dir, "images.yaml")
-			manifest := filepath.Join(cloud.dir, "manifest.yaml")
-			mdata, _ := yaml.Marshal(imagecatalog.DefaultManifest(cliVersions()))
-			if err := os.WriteFile(manifest, mdata, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			ids, letter := map[string]string{}, map[string]string{}
-			for i, l := range []string{"A", "B", "C", "D", "E"} {
-				id := cloud.image(t, "packer-image-"+strings.ToLower(l))
-				ids[l], letter[id] = id, l
-				name := fmt.Sprintf("prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t%02d04", 10+i)
-				if out, _, err := runImagesSplit(t, "publish", id, "--config", cloud.config, "--catalog", cat, "--name", name,
-					"--inputs-hash", fmt.Sprintf("%032x", i), "--manifest", manifest, "--verified", "goss in CI"); err != nil {
-					t.Fatalf("publish %s: %v\n%s", l, err, out)
-				}
-			}
-			for _, s := range [][]string{
-				{"promote", ids["A"]}, {"promote", ids["B"]}, {"promote", ids["C"]},
-				{"rollback", "--reason", "C fails canary join"},
-				{"promote", ids["D"], "--channel", "candidate"},
-			} {
-				if out, _, err := runImagesSplit(t, append(s, "--catalog", cat, "--config", cloud.config)...); err != nil {
-					t.Fatalf("%v: %v\n%s", s, err, out)
-				}
-			}
-			if liveOnC {
-				cloud.insert(t, "node-1", "projects/"+cloud.fake.Project()+"/global/images/"+ids["C"],
-					gce.ToGCE(map[string]string{"prebake.dev/cluster": "test", "prebake.dev/image": ids["C"]}))
-			}
-			out, _, err := runImagesSplit(t, "gc", "--keep-history", "1", "--dry-run", "--catalog", cat, "--config", cloud.config, "-o", "json")
-			var plan imagecatalog.GCPlan
-			if err != nil || json.Unmarshal([]byte(out), &plan) != nil {
-				t.Fatalf("gc --dry-run: %v\n%s", err, out)
-			}
-			if n := len(cloud.imageNames(t)); n != 5 {
-				t.Errorf("gc --dry-run left %d of 5 images", n)
-			}
-			var planned []string
-			for _, id := range plan.Delete {
-				planned = append(planned, letter[id])
-			}
-			wantPlanned := []string{"C", "E"}
-			if liveOnC {
-				wantPlanned = []string{"E"}
-			}
-			if d := cmp.Diff(wantPlanned, planned); d != "" {
-				t.Errorf("dry-run plan deletes (-want +got):\n%s", d)
-			}
-			if out, _, err = runImagesSplit(t, "gc", "--keep-history", "1", "--catalog", cat, "--config", cloud.config); err != nil {
-				t.Fatalf("gc: %v\n%s", err, out)
-			}
-			want := []string{ids["A"], ids["B"], ids["D"]}
-			if liveOnC {
-				want = append(want, ids["C"])
-			}
-			slices.Sort(want)
-			if d := cmp.Diff(want, cloud.imageNames(t)); d != "" {
-				t.Errorf("images after gc (-want +got):\n%s", d)
-			}
-			if l := cloud.imageLabels(t, ids["B"]); l["prebake.dev/channel-stable"] != "current" || l[imagecatalog.LabelName] != "prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t1104" {
-				t.Errorf("stable image B's labels: %v", l)
-			}
+func (c gceCLICloud) configFile() string { return c.config }
+func (c gceCLICloud) workDir() string    { return c.dir }
 
-			// Sync into an empty catalog: the channels come back from the
-			// labels alone, under provider gce and the global location.
-			fresh := filepath.Join(cloud.dir, "synced.yaml")
-			if out, _, err := runImagesSplit(t, "sync", "--catalog", fresh, "--config", cloud.config); err != nil {
-				t.Fatalf("sync: %v\n%s", err, out)
-			}
-			for ch, l := range map[string]string{"stable": "B", "candidate": "D"} {
-				out, _, err = runImagesSplit(t, "resolve", "--catalog", fresh, "--channel", ch, "--provider", "gce", "--location", "")
-				if err != nil || out != ids[l]+"\n" {
-					t.Errorf("resolve %s after sync = %q, %v; want %s (%s)", ch, out, err, l, ids[l])
-				}
-			}
-		})
+func (c gceCLICloud) makeImage(t *testing.T, letter string) string {
+	return c.image(t, "packer-image-"+strings.ToLower(letter))
+}
+
+func (c gceCLICloud) imageIDs(t *testing.T) []string { return c.imageNames(t) }
+
+func (c gceCLICloud) bootFrom(t *testing.T, id string) {
+	t.Helper()
+	c.insert(t, "node-1", "projects/"+c.fake.Project()+"/global/images/"+id,
+		gce.ToGCE(map[string]string{"prebake.dev/cluster": "test", "prebake.dev/image": id}))
+}
+
+// checkStable: GCE has no delete protection; the stable image carries its labels.
+func (c gceCLICloud) checkStable(t *testing.T, id string) {
+	t.Helper()
+	if l := c.imageLabels(t, id); l["prebake.dev/channel-stable"] != "current" || l[imagecatalog.LabelName] != "prebake-ubuntu-2404-k8s-1-34-2-amd64-20261130t1104" {
+		t.Errorf("stable image %s's labels: %v", id, l)
 	}
+}
+
+// The acceptance scenario through the CLI against the Compute Engine fake: provider gce,
+// the global location.
+func TestImagesCLIScenarioAgainstGCEFake(t *testing.T) {
+	runCLIScenario(t, func(t *testing.T) scenarioCloud { return newGCECLICloud(t) })
 }
 
 // A ProviderConfig with both clouds is refused: one config per provider.

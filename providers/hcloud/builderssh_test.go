@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,8 +74,7 @@ func TestBuilderReportOverSSH(t *testing.T) {
 	if err != nil || !ok || string(data) != string(report) {
 		t.Fatalf("second BuilderReport = %q, %v, %v; want the report", data, ok, err)
 	}
-	id, _ := strconv.ParseInt(st.ID, 10, 64)
-	if n := b.sshd.Logins(id); n != 2 {
+	if n := b.sshd.Logins(); n != 2 {
 		t.Errorf("%d logins, want 2", n)
 	}
 
@@ -111,7 +109,6 @@ func TestBuilderReportHostKey(t *testing.T) {
 	t.Parallel()
 	b := newSSHBuilder(t, builderssh.Sealer(0, func(hcloudfake.Server) ([]byte, error) { return []byte("{}"), nil }))
 	st := b.boot(t)
-	id, _ := strconv.ParseInt(st.ID, 10, 64)
 	b.sshd.ShowWrongHostKey(1)
 	_, ok, err := b.p.BuilderReport(context.Background(), st)
 	if err == nil || ok || errors.Is(err, imagecatalog.ErrBuilderUnusable) || !strings.Contains(err.Error(), "want the builder's own SHA256:") {
@@ -123,7 +120,7 @@ func TestBuilderReportHostKey(t *testing.T) {
 	if !errors.Is(err, imagecatalog.ErrBuilderUnusable) || strings.Count(err.Error(), "SHA256:") != 2 {
 		t.Fatalf("BuilderReport with another host key after the grace = %v; want unusable, naming both fingerprints", err)
 	}
-	if n := b.sshd.Logins(id); n != 0 {
+	if n := b.sshd.Logins(); n != 0 {
 		t.Errorf("%d logins to a server with the wrong host key, want none", n)
 	}
 }

@@ -30,11 +30,12 @@ type Sshd struct {
 	fake *hcloudfake.Fake
 	exec Exec
 
-	// mu guards servers, wrongHostKey and logins.
+	// mu guards servers, wrongHostKey, logins, ready and closed.
 	mu           sync.Mutex
 	servers      map[int64]*server
 	wrongHostKey int
-	logins       map[int64]int
+	logins       int
+	ready        func(hcloudfake.Server) bool
 	closed       bool
 	wg           sync.WaitGroup
 }
@@ -46,7 +47,16 @@ type server struct {
 
 // New returns an Sshd for fake's builders; Close stops it.
 func New(fake *hcloudfake.Fake, exec Exec) *Sshd {
-	return &Sshd{fake: fake, exec: exec, servers: map[int64]*server{}, logins: map[int64]int{}}
+	return &Sshd{fake: fake, exec: exec, servers: map[int64]*server{}}
+}
+
+// SetReady makes a running server refuse connections until ready says yes: until its
+// cloud-init wrote the files and installed the keys, as sshd on a real builder would not
+// answer with the builder's key before then.
+func (d *Sshd) SetReady(ready func(hcloudfake.Server) bool) {
+	d.mu.Lock()
+	d.ready = ready
+	d.mu.Unlock()
 }
 
 // ShowWrongHostKey makes the next n connections show a host key of their own instead of the
@@ -57,11 +67,11 @@ func (d *Sshd) ShowWrongHostKey(n int) {
 	d.mu.Unlock()
 }
 
-// Logins is how many times a client logged in to the server.
-func (d *Sshd) Logins(id int64) int {
+// Logins is how many times a client logged in, to any server.
+func (d *Sshd) Logins() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.logins[id]
+	return d.logins
 }
 
 // Dial connects to the builder at addr ("IP:22"). Like a real server, one that is not running
@@ -80,8 +90,11 @@ func (d *Sshd) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 	if srv == nil {
 		return nil, fmt.Errorf("builderssh: dial %s: no fake server has this address", addr)
 	}
-	if srv.Status != "running" {
-		return nil, fmt.Errorf("builderssh: dial %s: connection refused (server %d is %s)", addr, srv.ID, srv.Status)
+	d.mu.Lock()
+	ready := d.ready
+	d.mu.Unlock()
+	if srv.Status != "running" || ready != nil && !ready(*srv) {
+		return nil, fmt.Errorf("builderssh: dial %s: connection refused (server %d is %s, its sshd not up)", addr, srv.ID, srv.Status)
 	}
 	s, err := d.listen(*srv)
 	if err != nil {
@@ -108,13 +121,12 @@ func (d *Sshd) listen(srv hcloudfake.Server) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("builderssh: server %d: %w", srv.ID, err)
 	}
-	id := srv.ID
 	cfg.PublicKeyCallback = func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 		if meta.User() != "root" || !bytes.Equal(key.Marshal(), authorized.Marshal()) {
 			return nil, fmt.Errorf("user %s with key %s: not authorized", meta.User(), ssh.FingerprintSHA256(key))
 		}
 		d.mu.Lock()
-		d.logins[id]++
+		d.logins++
 		d.mu.Unlock()
 		return nil, nil
 	}
@@ -125,7 +137,7 @@ func (d *Sshd) listen(srv hcloudfake.Server) (*server, error) {
 	s := &server{ln: ln, cfg: cfg}
 	d.servers[srv.ID] = s
 	d.wg.Add(1)
-	go d.serve(id, s)
+	go d.serve(srv.ID, s)
 	return s, nil
 }
 
