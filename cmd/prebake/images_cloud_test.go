@@ -289,7 +289,9 @@ func runCLIScenario(t *testing.T, newCloud func(t *testing.T) scenarioCloud) {
 func (c cliCloud) configFile() string { return c.config }
 func (c cliCloud) workDir() string    { return c.dir }
 
-func (c cliCloud) makeImage(t *testing.T, letter string) string { return c.snapshot(t, "packer-"+letter) }
+func (c cliCloud) makeImage(t *testing.T, letter string) string {
+	return c.snapshot(t, "packer-"+letter)
+}
 
 func (c cliCloud) imageIDs(t *testing.T) []string { return c.snapshotIDs(t) }
 
