@@ -4,13 +4,11 @@ package autoscaling_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/e2e/cluster"
@@ -18,13 +16,6 @@ import (
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/kwok"
 )
-
-type tLog struct{ t *testing.T }
-
-func (l tLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // TestJoinCanaryKwokAgainstAPIServer runs the canary with the real kwok
 // provider against the hermetic control plane: the machine of the
@@ -35,27 +26,7 @@ func (l tLog) Write(p []byte) (int, error) {
 func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
-	b, err := cluster.NewBackend(ctx, "", cluster.Options{Dir: t.TempDir(), Out: tLog{t}})
-	cluster.SkipIfUnavailable(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", b.LogTails(30))
-		}
-		if err := b.Stop(context.Background()); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := b.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs := cluster.StartTest(ctx, t)
 	cat, _, err := imagecatalog.FileStore{Path: "../examples/kwok-catalog.yaml"}.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +60,7 @@ func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 		defer scancel()
 		_ = core.Shutdown(sctx)
 	})
-	canary, err := autoscaling.NewJoinCanary(core, cs, "small", autoscaling.CanaryOptions{Timeout: 2 * time.Minute, Poll: 100 * time.Millisecond, Progress: tLog{t}})
+	canary, err := autoscaling.NewJoinCanary(core, cs, "small", autoscaling.CanaryOptions{Timeout: 2 * time.Minute, Poll: 100 * time.Millisecond, Progress: cluster.TestLog{T: t}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,25 +5,16 @@ package bootstrap_test
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/e2e/cluster"
 )
-
-type e2eWriter struct{ t *testing.T }
-
-func (w e2eWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // TestTokensAgainstAPIServer creates a join token in the hermetic cluster's real
 // kube-apiserver, has kubeadm (built from k8s.io/kubernetes) list it, and lets
@@ -31,24 +22,7 @@ func (w e2eWriter) Write(p []byte) (int, error) {
 func TestTokensAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	b, err := cluster.NewBackend(ctx, cluster.BackendHermetic, cluster.Options{Dir: filepath.Join(t.TempDir(), "cluster"), Out: e2eWriter{t}})
-	cluster.SkipIfUnavailable(t, err)
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Stop(context.Background()); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
-	cfg, err := b.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, cs := cluster.StartTest(ctx, t)
 
 	ts := bootstrap.Tokens{Client: cs, TTL: 20 * time.Minute}
 	tok, err := ts.Create(ctx, "prebake e2e node")
@@ -67,7 +41,7 @@ func TestTokensAgainstAPIServer(t *testing.T) {
 	}
 
 	// kubeadm reads bootstrap tokens the way the apiserver's authenticator does.
-	bins, err := cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: e2eWriter{t}})
+	bins, err := cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: cluster.TestLog{T: t}})
 	if err != nil {
 		t.Fatalf("build kubeadm: %v", err)
 	}

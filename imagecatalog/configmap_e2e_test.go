@@ -12,15 +12,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/imagecatalog"
 )
-
-type tLog struct{ t *testing.T }
-
-func (l tLog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), nil }
 
 // TestConfigMapStoreTwoWritersAgainstKubeAPIServer proves the ConfigMap
 // store's compare-and-swap on a real kube-apiserver (the hermetic control
@@ -31,27 +26,7 @@ func (l tLog) Write(p []byte) (int, error) { l.t.Log(string(p)); return len(p), 
 func TestConfigMapStoreTwoWritersAgainstKubeAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
-	b, err := cluster.NewBackend(ctx, "", cluster.Options{Dir: t.TempDir(), Out: tLog{t}})
-	cluster.SkipIfUnavailable(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", b.LogTails(30))
-		}
-		if err := b.Stop(context.Background()); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := b.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs := cluster.StartTest(ctx, t)
 	store := imagecatalog.ConfigMapStore{Client: cs.CoreV1(), Namespace: "default", Name: "prebake-images"}
 
 	// A stale revision is refused by the API server.
