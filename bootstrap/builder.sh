@@ -226,6 +226,10 @@ builder_seal() {
 	cat "$BUILD_REPORT"
 }
 
+# Where seal-wait keeps the report and seal-later's waiter logs: /run, not the image's disk.
+SEAL_REPORT_OUT=/run/prebake-build-report.json
+SEAL_LOG=/run/prebake-builder-seal.log
+
 # The guest attribute a GCE builder's report goes to; PREBAKE_METADATA_URL is for tests.
 GCE_REPORT_ATTRIBUTE=computeMetadata/v1/instance/guest-attributes/prebake/report
 
@@ -242,7 +246,7 @@ put_gce_guest_attribute() { # file
 # hands the report to the transport.
 builder_seal_wait() { # transport
 	tries=${SEAL_WAIT_TRIES:-5400}
-	report_out=/run/prebake-build-report.json
+	report_out=$SEAL_REPORT_OUT
 	while :; do
 		rc=0
 		builder_seal >"$report_out.tmp" || rc=$?
@@ -283,7 +287,7 @@ builder_seal_later() { # transport
 	if command -v systemd-run >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 		systemd-run --unit=prebake-builder-seal --no-block --collect sh "$0" seal-wait "$1"
 	else
-		setsid sh "$0" seal-wait "$1" </dev/null >>/run/prebake-builder-seal.log 2>&1 &
+		setsid sh "$0" seal-wait "$1" </dev/null >>"$SEAL_LOG" 2>&1 &
 	fi
 	echo "prebake-builder: seal-wait $1 started"
 }

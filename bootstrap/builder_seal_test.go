@@ -30,6 +30,8 @@ func sealScript(t *testing.T, dir string) string {
 	overrides := "\nPREBAKE_STATUS=" + shQuote(filepath.Join(dir, "status.json")) +
 		"\nBUILD_REPORT=" + shQuote(filepath.Join(dir, "report.json")) +
 		"\nCLOUD_BOOT_FINISHED=" + shQuote(filepath.Join(dir, "boot-finished")) +
+		"\nSEAL_REPORT_OUT=" + shQuote(filepath.Join(dir, "sealed.json")) +
+		"\nSEAL_LOG=" + shQuote(filepath.Join(dir, "seal.log")) +
 		"\nSEAL_WAIT_TRIES=300\n" +
 		"builder_cleanup() { echo cleaned >>" + shQuote(filepath.Join(dir, "steps")) + "; }\n" +
 		"builder_report() { echo reported >>" + shQuote(filepath.Join(dir, "steps")) +
@@ -146,8 +148,18 @@ func TestBuilderSealLaterPutsGuestAttribute(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "seal-wait gce-guest-attributes started") {
 		t.Fatalf("seal-later: %v\n%s", err, out)
 	}
-	// The waiter is running and cloud-init is not done: it must not have sealed. It has had
-	// one try at least once its steps file would exist; nothing may arrive before boot-finished.
+	// The waiter is running and cloud-init is not done. Once it has asked seal at least once
+	// (each try writes its output file), it must not have sealed or put anything.
+	tried := filepath.Join(dir, "sealed.json.tmp")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(tried); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "seal.log"))
+			t.Fatalf("the waiter never asked seal within 30 s; its log:\n%s", log)
+		}
+	}
 	select {
 	case p := <-puts:
 		t.Fatalf("the waiter put %+v before cloud-init was done", p)

@@ -102,8 +102,11 @@ func (p *Provider) BuilderReport(ctx context.Context, b imagecatalog.BuilderStat
 	if !ok {
 		return nil, false, fmt.Errorf("hcloud builder %s was not booted by this process, so it has no SSH key for it: %w (a new build replaces it)", b.ID, imagecatalog.ErrBuilderUnusable)
 	}
-	if b.Status != "running" || b.Address == "" {
+	if b.Status != "running" {
 		return nil, false, nil
+	}
+	if b.Address == "" {
+		return nil, false, fmt.Errorf("hcloud builder %s has no public IPv4, and prebake reaches builders over SSH on it: let builders have one (%w)", b.ID, imagecatalog.ErrBuilderUnusable)
 	}
 	addr := net.JoinHostPort(b.Address, "22")
 	ctx, cancel := context.WithTimeout(ctx, builderSealTimeout)

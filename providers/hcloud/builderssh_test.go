@@ -139,6 +139,11 @@ func TestBuilderReportUnusable(t *testing.T) {
 	if !errors.Is(err, imagecatalog.ErrBuilderUnusable) || !strings.Contains(err.Error(), "exited 2: sh: 1: cannot open") {
 		t.Errorf("BuilderReport of a failing seal = %v; want unusable with its stderr", err)
 	}
+	noAddress := st
+	noAddress.Address = ""
+	if _, _, err := b.p.BuilderReport(ctx, noAddress); !errors.Is(err, imagecatalog.ErrBuilderUnusable) || !strings.Contains(err.Error(), "no public IPv4") {
+		t.Errorf("BuilderReport of a builder without a public IPv4 = %v; want unusable, saying why", err)
+	}
 	starting := st
 	starting.Status = "starting"
 	if data, ok, err := b.p.BuilderReport(ctx, starting); data != nil || ok || err != nil {

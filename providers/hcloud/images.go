@@ -175,7 +175,12 @@ func (p *Provider) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpe
 			return builderState(s), nil
 		}
 		p.log.Warn("hcloud builder left by an earlier run: its SSH keys are gone, replacing it", "builder", s.ID, "instance", spec.Name)
-		if _, _, err := p.client.Server.DeleteWithResult(ctx, s); err != nil && !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		// Its name is free again once the delete is done.
+		res, _, err := p.client.Server.DeleteWithResult(ctx, s)
+		if err == nil && res.Action != nil {
+			err = p.client.Action.WaitFor(ctx, res.Action)
+		}
+		if err != nil && !hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
 			return imagecatalog.BuilderState{}, fmt.Errorf("hcloud: delete builder %s left by an earlier run (delete it by hand): %w", id, err)
 		}
 	}
