@@ -327,7 +327,7 @@ func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptio
 			data, ok, rerr := api.BuilderReport(ctx, st)
 			switch {
 			case errors.Is(rerr, ErrBuilderUnusable):
-				return Report{}, fmt.Errorf("builder %s: %w", id, rerr)
+				return Report{}, rerr // the provider's error names the builder
 			case rerr != nil && ctx.Err() == nil:
 				lastErr = rerr
 				tick(BuilderState{Status: st.Status + ", report unreadable (" + rerr.Error() + ")"}, time.Since(began))
