@@ -31,10 +31,20 @@ func shapeOf(cluster string, g *group, name, providerID string, reserved provide
 		MachineType: g.machineType,
 		Zone:        g.spec.Zone,
 		Region:      g.spec.Region,
+		Topology:    topologyLabels(g),
 		Labels:      g.spec.Labels,
 		Taints:      g.spec.Taints,
 		Reserved:    reserved,
 		ImageKind:   g.imageKind,
 		GPULabel:    gpuLabel,
 	}
+}
+
+// topologyLabels are the provider's own topology labels for g's location, or
+// nil when the node carries zone=<location> and the group's region.
+func topologyLabels(g *group) map[string]string {
+	if tl, ok := g.provider.(providers.TopologyLabeler); ok {
+		return tl.TopologyLabels(g.spec.Zone)
+	}
+	return nil
 }

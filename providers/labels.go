@@ -26,6 +26,12 @@ const (
 	LabelZone         = "topology.kubernetes.io/zone"
 	LabelRegion       = "topology.kubernetes.io/region"
 
+	// Labels Hetzner's own controllers put on a node: the CSI driver's topology key (a
+	// volume's node affinity names it) and the CCM's mark of a cloud server (not a
+	// dedicated one).
+	LabelHcloudCSILocation = "csi.hetzner.cloud/location"
+	LabelHcloudProvidedBy  = "instance.hetzner.cloud/provided-by"
+
 	// AnnotationFakeNodeReason is set by CA on the fake nodes it synthesises
 	// from instances that have no Node.
 	AnnotationFakeNodeReason = "k8s.io/cluster-autoscaler/fake-node-reason"

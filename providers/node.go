@@ -28,6 +28,9 @@ type NodeShape struct {
 	MachineType MachineType
 	Zone        string
 	Region      string
+	// Topology, when not nil, are the node's topology labels in place of
+	// Zone and Region (see TopologyLabeler).
+	Topology map[string]string
 	// Labels are the group's own labels; they win over nothing: a user label
 	// can't override the standard or ownership labels.
 	Labels   map[string]string
@@ -52,11 +55,16 @@ func NodeLabels(s NodeShape) map[string]string {
 	l[LabelArch] = arch
 	l[LabelOS] = "linux"
 	l[LabelInstanceType] = s.MachineType.Name
-	if s.Zone != "" {
-		l[LabelZone] = s.Zone
-	}
-	if s.Region != "" {
-		l[LabelRegion] = s.Region
+	switch {
+	case s.Topology != nil:
+		maps.Copy(l, s.Topology)
+	default:
+		if s.Zone != "" {
+			l[LabelZone] = s.Zone
+		}
+		if s.Region != "" {
+			l[LabelRegion] = s.Region
+		}
 	}
 	if s.Name != "" {
 		l[LabelHostname] = s.Name

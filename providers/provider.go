@@ -70,6 +70,15 @@ func KindForChannel(channel string) ImageKind {
 	return ImageRuntimeInstall
 }
 
+// TopologyLabeler is implemented by a provider whose nodes do not carry
+// topology.kubernetes.io/zone=<location> (and the group's region): its
+// cloud's controllers label them otherwise. TopologyLabels returns every
+// topology label a node at location carries, which then replace the zone and
+// region on templates and in the kubelet's registration; nil keeps them.
+type TopologyLabeler interface {
+	TopologyLabels(location string) map[string]string
+}
+
 // Runner is implemented by providers that own background work (the kwok
 // provider materialises Nodes when a simulated boot ends). The core runs it
 // for the lifetime of the server and stops it through ctx.

@@ -53,3 +53,20 @@ func arch(a hcloud.Architecture) string {
 	}
 	return "amd64"
 }
+
+var _ providers.TopologyLabeler = (*Provider)(nil)
+
+// TopologyLabels implements providers.TopologyLabeler with what Hetzner's
+// controllers put on a node: the CCM sets the location as the region and
+// marks cloud servers, and the CSI driver keys volumes to the location. The
+// CCM's zone label is the location's datacenter, which is not known before a
+// server exists, so templates carry no zone rather than a wrong one (as CA's
+// own Hetzner provider does); a pod that selects a zone then fits no group.
+func (p *Provider) TopologyLabels(location string) map[string]string {
+	l := map[string]string{providers.LabelHcloudProvidedBy: "cloud"}
+	if location != "" {
+		l[providers.LabelRegion] = location
+		l[providers.LabelHcloudCSILocation] = location
+	}
+	return l
+}

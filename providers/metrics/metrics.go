@@ -79,6 +79,15 @@ func (w *measured) Delete(ctx context.Context, providerID string) error {
 	return err
 }
 
+// TopologyLabels delegates to the wrapped provider's TopologyLabeler, if
+// any; nil keeps the default zone and region.
+func (w *measured) TopologyLabels(location string) map[string]string {
+	if tl, ok := w.Provider.(providers.TopologyLabeler); ok {
+		return tl.TopologyLabels(location)
+	}
+	return nil
+}
+
 // Run delegates to the wrapped provider's Runner, if any.
 func (w *measured) Run(ctx context.Context) error {
 	if r, ok := w.Provider.(providers.Runner); ok {

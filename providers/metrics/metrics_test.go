@@ -41,3 +41,27 @@ func TestWrapCountsCallsByOutcome(t *testing.T) {
 		t.Fatal("wrapped provider lost the Runner interface")
 	}
 }
+
+// labeled is a provider with topology labels of its own.
+type labeled struct{ *fake.Provider }
+
+func (labeled) TopologyLabels(location string) map[string]string {
+	return map[string]string{providers.LabelRegion: location}
+}
+
+// TestWrapForwardsTopologyLabels: the wrapper is what the core holds, so it must not hide a
+// provider's topology labels (Hetzner's), nor invent any for a provider without them.
+func TestWrapForwardsTopologyLabels(t *testing.T) {
+	t.Parallel()
+	m := NewAPIMetrics(prometheus.NewRegistry())
+	tl, ok := Wrap(labeled{fake.New()}, m).(providers.TopologyLabeler)
+	if !ok {
+		t.Fatal("the wrapper is no TopologyLabeler")
+	}
+	if got := tl.TopologyLabels("fsn1"); got[providers.LabelRegion] != "fsn1" || len(got) != 1 {
+		t.Errorf("wrapped TopologyLabels = %v, want the provider's", got)
+	}
+	if got := Wrap(fake.New(), m).(providers.TopologyLabeler).TopologyLabels("z1"); got != nil {
+		t.Errorf("wrapped provider without topology labels gives %v, want nil (keep zone and region)", got)
+	}
+}
