@@ -30,6 +30,8 @@ type Metrics struct {
 	orphans        *prometheus.CounterVec
 	imageFallbacks *prometheus.CounterVec
 	catalogErrors  prometheus.Counter
+	// joinTokensRevoked counts tokens revoked once their node registered.
+	joinTokensRevoked prometheus.Counter
 }
 
 // NewMetrics registers the core's metrics with reg (a private registry when
@@ -82,9 +84,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "prebake_image_catalog_load_errors_total",
 			Help: "Image catalog loads that failed (the last good catalog stays in use).",
 		}),
+		joinTokensRevoked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "prebake_join_tokens_revoked_total",
+			Help: "Join tokens revoked as soon as their machine's Node registered (the rest expire within their hour).",
+		}),
 	}
 	reg.MustRegister(m.phaseSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
-		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.catalogErrors)
+		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.catalogErrors, m.joinTokensRevoked)
 	return m
 }
 

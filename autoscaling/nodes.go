@@ -41,6 +41,9 @@ func (c *Core) ObserveNode(name, providerID string, ready bool, at time.Time) {
 		}
 		if !inst.adopted {
 			c.metrics.observePhase(g.spec.ID, inst.imageKind, phaseNodeRegistered, at.Sub(inst.requestedAt))
+			if c.rendersBootstrap(g) {
+				c.revokeJoinTokensLater(inst.name)
+			}
 		}
 	}
 	if ready && inst.readyAt.IsZero() {
@@ -56,4 +59,33 @@ func (c *Core) ForgetNode(providerID string) {
 	c.mu.Lock()
 	delete(c.nodeNames, providerID)
 	c.mu.Unlock()
+}
+
+// joinTokenRevokeTimeout bounds one revocation.
+const joinTokenRevokeTimeout = 30 * time.Second
+
+// revokeJoinTokensLater revokes the join tokens made for machine, off the
+// caller's path. Once its Node registered, the kubelet holds a client
+// certificate of its own; the token, which anyone on the machine can read
+// from the cloud's metadata service, must not stay valid for the rest of its
+// hour. A failure is logged: the token still expires by itself.
+func (c *Core) revokeJoinTokensLater(machine string) {
+	r, ok := c.opts.UserData.(JoinTokenRevoker)
+	run := c.runCtx.Load()
+	if !ok || run == nil {
+		return
+	}
+	ctx := *run
+	c.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(ctx, joinTokenRevokeTimeout)
+		defer cancel()
+		n, err := r.RevokeJoinTokens(ctx, machine)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.log.Warn("join token not revoked after the node registered; it expires by itself", "instance", machine, "err", err)
+		case n > 0:
+			c.metrics.joinTokensRevoked.Add(float64(n))
+			c.log.Info("join token revoked: the node registered", "instance", machine, "tokens", n)
+		}
+	})
 }

@@ -12,6 +12,8 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/fake"
@@ -161,4 +163,63 @@ func TestBootstrapUserDataCheck(t *testing.T) {
 func firstLine(b []byte) string {
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	return string(line)
+}
+
+// TestJoinTokenRevokedOnceTheNodeRegisters: a machine's join token is deleted as soon as its
+// Node registers (the kubelet has its own certificate by then), and only that machine's; a
+// machine adopted from the cloud (whose token this process did not make) costs no API call.
+func TestJoinTokenRevokedOnceTheNodeRegisters(t *testing.T) {
+	t.Parallel()
+	client := kubefake.NewClientset()
+	p := fake.New()
+	p.NameValue, p.KnownIDs = "gce", true
+	g := GroupSpec{ID: "g1", Provider: "gce", MinSize: 0, MaxSize: 10, MachineType: "m1", Zone: "z1"}
+	c := newCoreWith(t, p, func(o *Options) { o.UserData = bootstrapSource(client) }, g)
+	if err := c.IncreaseSize("g1", 2); err != nil {
+		t.Fatal(err)
+	}
+	r1, r2 := nthRequest(t, p, 1), nthRequest(t, p, 2)
+	if n := joinTokens(t, client); n != 2 {
+		t.Fatalf("%d join tokens, want one per machine", n)
+	}
+	pid1, _ := p.ProviderID(r1)
+	c.ObserveNode(r1.Name, pid1, false, c.now())
+	eventually(t, "the registered machine's token revoked", func() bool { return joinTokens(t, client) == 1 })
+	l, err := client.CoreV1().Secrets(metav1.NamespaceSystem).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Items[0].Labels[bootstrap.NodeLabel]; got != r2.Name {
+		t.Errorf("the token left is %s's, want %s's (not registered yet)", got, r2.Name)
+	}
+	if got := testutil.ToFloat64(c.metrics.joinTokensRevoked); got != 1 {
+		t.Errorf("prebake_join_tokens_revoked_total = %v, want 1", got)
+	}
+
+	// An adopted machine: its Node registering lists no Secrets.
+	pid2, _ := p.ProviderID(r2)
+	c.mu.Lock()
+	adopted := c.byProviderID[pid2]
+	adopted.adopted = true
+	c.mu.Unlock()
+	lists := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "secrets" {
+			lists++
+		}
+	}
+	c.ObserveNode(r2.Name, pid2, false, c.now())
+	c.ObserveNode(r1.Name, pid1, true, c.now())     // Ready: no second revocation
+	if err := c.Shutdown(t.Context()); err != nil { // waits for any revocation it started
+		t.Fatal(err)
+	}
+	after := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "secrets" {
+			after++
+		}
+	}
+	if after != lists {
+		t.Errorf("%d more Secret lists after an adopted machine registered and a registered one turned Ready, want none", after-lists)
+	}
 }
