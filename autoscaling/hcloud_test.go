@@ -118,17 +118,20 @@ func TestHcloudTemplateFromServerType(t *testing.T) {
 	if cpu.MilliValue() != 2000 || mem.Value() != 4<<30 {
 		t.Errorf("template capacity %s CPU / %s memory, want cx22's 2 / 4Gi", cpu.String(), mem.String())
 	}
-	// The topology labels are what Hetzner's CCM and CSI driver set: the location is the
-	// region, and the zone (the CCM's datacenter name) is left out rather than wrong.
-	for k, want := range map[string]string{
-		providers.LabelInstanceType: "cx22", providers.LabelRegion: "fsn1", providers.LabelArch: "amd64", providers.LabelGroup: "cx",
-		providers.LabelHcloudCSILocation: "fsn1", providers.LabelHcloudProvidedBy: "cloud",
-	} {
-		if got := n.Labels[k]; got != want {
-			t.Errorf("template label %s = %q, want %q", k, got, want)
+	// The topology labels are what Hetzner's CCM and CSI driver set: the location's
+	// datacenter is the zone, the location the region.
+	var zone string
+	for _, dc := range hcloudfake.DefaultDatacenters() {
+		if dc.Location.Name == "fsn1" {
+			zone = dc.Name
 		}
 	}
-	if z, ok := n.Labels[providers.LabelZone]; ok {
-		t.Errorf("template label %s = %q; Hetzner's zone is a datacenter prebake can't know yet", providers.LabelZone, z)
+	for k, want := range map[string]string{
+		providers.LabelInstanceType: "cx22", providers.LabelZone: zone, providers.LabelRegion: "fsn1", providers.LabelArch: "amd64",
+		providers.LabelGroup: "cx", providers.LabelHcloudCSILocation: "fsn1", providers.LabelHcloudProvidedBy: "cloud",
+	} {
+		if got := n.Labels[k]; got != want || want == "" {
+			t.Errorf("template label %s = %q, want %q", k, got, want)
+		}
 	}
 }

@@ -92,6 +92,12 @@ type Provider struct {
 	buildersMu sync.Mutex
 	builders   map[string]builderAccess
 
+	// zonesMu guards zones: each location's datacenter, which Hetzner's CCM
+	// sets as the node's zone; "" where a location has several. Loaded once,
+	// by the first MachineType whose list succeeds.
+	zonesMu sync.Mutex
+	zones   map[string]string
+
 	// typesMu guards types and typesAt: the cached server type table.
 	typesMu sync.Mutex
 	types   map[string]*hcloud.ServerType
@@ -215,7 +221,35 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 	if !ok {
 		return providers.MachineType{}, fmt.Errorf("hcloud server type %q: %w (see `hcloud server-type list`)", name, providers.ErrNotFound)
 	}
+	p.loadZones(ctx)
 	return machineType(st, location)
+}
+
+// loadZones fills zones from the datacenter list, once. A failure is logged
+// and tried again at the next MachineType; until then nodes carry no zone.
+func (p *Provider) loadZones(ctx context.Context) {
+	p.zonesMu.Lock()
+	defer p.zonesMu.Unlock()
+	if p.zones != nil {
+		return
+	}
+	all, err := p.client.Datacenter.All(ctx)
+	if err != nil {
+		p.log.Warn("hcloud: datacenters not listed; templates carry no zone label until they are", "err", err)
+		return
+	}
+	zones := map[string]string{}
+	for _, dc := range all {
+		if dc.Location == nil {
+			continue
+		}
+		if _, seen := zones[dc.Location.Name]; seen {
+			zones[dc.Location.Name] = "" // several: the CCM's zone depends on where the server lands
+			continue
+		}
+		zones[dc.Location.Name] = dc.Name
+	}
+	p.zones = zones
 }
 
 func (p *Provider) serverTypes(ctx context.Context) (map[string]*hcloud.ServerType, error) {

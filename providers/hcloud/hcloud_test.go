@@ -322,3 +322,44 @@ func TestNewRequiresTokenAndCluster(t *testing.T) {
 		t.Error("New without a cluster succeeded")
 	}
 }
+
+// TestTopologyLabels: a node carries what Hetzner's CCM and CSI driver set: the location's
+// datacenter as the zone, the location as the region. A datacenter list that failed leaves
+// the zone out (MachineType itself still answers) until a later MachineType loads it.
+func TestTopologyLabels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFake(t, hcloudfake.Options{})
+	p, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "c", MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zone string
+	for _, dc := range hcloudfake.DefaultDatacenters() {
+		if dc.Location.Name == "nbg1" {
+			zone = dc.Name
+		}
+	}
+	f.Fail(http.MethodGet, "/datacenters", 1, hcloudfake.APIError{Status: 503, Code: "unavailable", Message: "try again"})
+	if _, err := p.MachineType(ctx, "cx22", "nbg1"); err != nil {
+		t.Fatalf("MachineType with the datacenter list failing: %v", err)
+	}
+	want := map[string]string{providers.LabelRegion: "nbg1", providers.LabelHcloudCSILocation: "nbg1", providers.LabelHcloudProvidedBy: "cloud"}
+	if d := cmp.Diff(want, p.TopologyLabels("nbg1")); d != "" {
+		t.Errorf("topology labels before the datacenters are known (-want +got):\n%s", d)
+	}
+	if _, err := p.MachineType(ctx, "cx22", "nbg1"); err != nil {
+		t.Fatal(err)
+	}
+	want[providers.LabelZone] = zone
+	if d := cmp.Diff(want, p.TopologyLabels("nbg1")); d != "" || zone == "" {
+		t.Errorf("topology labels (-want +got):\n%s", d)
+	}
+	lists := f.Calls(http.MethodGet, "/datacenters")
+	if _, err := p.MachineType(ctx, "cx22", "fsn1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Calls(http.MethodGet, "/datacenters"); n != lists {
+		t.Errorf("%d more datacenter lists once they are known, want none", n-lists)
+	}
+}

@@ -57,16 +57,24 @@ func arch(a hcloud.Architecture) string {
 var _ providers.TopologyLabeler = (*Provider)(nil)
 
 // TopologyLabels implements providers.TopologyLabeler with what Hetzner's
-// controllers put on a node: the CCM sets the location as the region and
-// marks cloud servers, and the CSI driver keys volumes to the location. The
-// CCM's zone label is the location's datacenter, which is not known before a
-// server exists, so templates carry no zone rather than a wrong one (as CA's
-// own Hetzner provider does); a pod that selects a zone then fits no group.
+// controllers put on a node: the CCM sets the server's datacenter as the zone
+// and its location as the region, and marks cloud servers; the CSI driver
+// keys volumes to the location. The zone is the location's one datacenter
+// (from the datacenter list MachineType loads); where a location has several,
+// or the list is not loaded yet, there is no zone label rather than a wrong
+// one (CA's own Hetzner provider sets none at all).
 func (p *Provider) TopologyLabels(location string) map[string]string {
 	l := map[string]string{providers.LabelHcloudProvidedBy: "cloud"}
-	if location != "" {
-		l[providers.LabelRegion] = location
-		l[providers.LabelHcloudCSILocation] = location
+	if location == "" {
+		return l
+	}
+	l[providers.LabelRegion] = location
+	l[providers.LabelHcloudCSILocation] = location
+	p.zonesMu.Lock()
+	zone := p.zones[location]
+	p.zonesMu.Unlock()
+	if zone != "" {
+		l[providers.LabelZone] = zone
 	}
 	return l
 }
