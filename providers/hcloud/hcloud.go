@@ -94,7 +94,7 @@ type Provider struct {
 
 	// zonesMu guards zones: each location's datacenter, which Hetzner's CCM
 	// sets as the node's zone; "" where a location has several. Loaded once,
-	// by the first MachineType whose list succeeds.
+	// by the first MachineType or List whose datacenter list succeeds.
 	zonesMu sync.Mutex
 	zones   map[string]string
 
@@ -226,7 +226,8 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 }
 
 // loadZones fills zones from the datacenter list, once. A failure is logged
-// and tried again at the next MachineType; until then nodes carry no zone.
+// and tried again at the next MachineType or List (refresh); until then
+// nodes carry no zone.
 func (p *Provider) loadZones(ctx context.Context) {
 	p.zonesMu.Lock()
 	defer p.zonesMu.Unlock()
@@ -235,7 +236,7 @@ func (p *Provider) loadZones(ctx context.Context) {
 	}
 	all, err := p.client.Datacenter.All(ctx)
 	if err != nil {
-		p.log.Warn("hcloud: datacenters not listed; templates carry no zone label until they are", "err", err)
+		p.log.Warn("hcloud: datacenters not listed (tried again at the next refresh); nodes carry no zone label until they are", "err", err)
 		return
 	}
 	zones := map[string]string{}

@@ -325,7 +325,8 @@ func TestNewRequiresTokenAndCluster(t *testing.T) {
 
 // TestTopologyLabels: a node carries what Hetzner's CCM and CSI driver set: the location's
 // datacenter as the zone, the location as the region. A datacenter list that failed leaves
-// the zone out (MachineType itself still answers) until a later MachineType loads it.
+// the zone out (MachineType itself still answers) until the next List (refresh) loads it, and
+// once loaded it is never listed again.
 func TestTopologyLabels(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -348,7 +349,8 @@ func TestTopologyLabels(t *testing.T) {
 	if d := cmp.Diff(want, p.TopologyLabels("nbg1")); d != "" {
 		t.Errorf("topology labels before the datacenters are known (-want +got):\n%s", d)
 	}
-	if _, err := p.MachineType(ctx, "cx22", "nbg1"); err != nil {
+	// The next refresh's List loads them.
+	if _, err := p.List(ctx); err != nil {
 		t.Fatal(err)
 	}
 	want[providers.LabelZone] = zone
@@ -357,6 +359,9 @@ func TestTopologyLabels(t *testing.T) {
 	}
 	lists := f.Calls(http.MethodGet, "/datacenters")
 	if _, err := p.MachineType(ctx, "cx22", "fsn1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.List(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.Calls(http.MethodGet, "/datacenters"); n != lists {
