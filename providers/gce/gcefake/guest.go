@@ -28,10 +28,9 @@ func (f *Fake) stopInstance(project, zone, name string) (proto.Message, *apiErro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settle()
-	key := project + "/" + zone + "/" + name
-	in := f.instances[key]
-	if in == nil || in.pending {
-		return nil, notFound("projects/" + project + "/zones/" + zone + "/instances/" + name)
+	in, aerr := f.liveInstance(project, zone, name)
+	if aerr != nil {
+		return nil, aerr
 	}
 	if !in.deleteAt.IsZero() {
 		return nil, &apiError{http.StatusBadRequest, "resourceNotReady",
@@ -65,9 +64,9 @@ func (f *Fake) getGuestAttributes(project, zone, name string, q url.Values) (pro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settle()
-	in := f.instances[project+"/"+zone+"/"+name]
-	if in == nil || in.pending {
-		return nil, notFound("projects/" + project + "/zones/" + zone + "/instances/" + name)
+	in, aerr := f.liveInstance(project, zone, name)
+	if aerr != nil {
+		return nil, aerr
 	}
 	path, key := q.Get("queryPath"), q.Get("variableKey")
 	missing := notFound(fmt.Sprintf("projects/%s/zones/%s/instances/%s/guestAttributes/%s", project, zone, name, path+key))

@@ -254,13 +254,23 @@ func (f *Fake) listInstances(project, zone string, q map[string][]string) (proto
 	return res, nil
 }
 
+// liveInstance is the instance as the API sees it (created, not yet gone);
+// 404 notFound otherwise. f.mu must be held.
+func (f *Fake) liveInstance(project, zone, name string) (*instance, *apiError) {
+	in := f.instances[project+"/"+zone+"/"+name]
+	if in == nil || in.pending {
+		return nil, notFound("projects/" + project + "/zones/" + zone + "/instances/" + name)
+	}
+	return in, nil
+}
+
 func (f *Fake) getInstance(project, zone, name string) (proto.Message, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settle()
-	in := f.instances[project+"/"+zone+"/"+name]
-	if in == nil || in.pending {
-		return nil, notFound("projects/" + project + "/zones/" + zone + "/instances/" + name)
+	in, aerr := f.liveInstance(project, zone, name)
+	if aerr != nil {
+		return nil, aerr
 	}
 	return f.view(in), nil
 }
@@ -386,10 +396,9 @@ func (f *Fake) deleteInstance(project, zone, name string) (proto.Message, *apiEr
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settle()
-	key := project + "/" + zone + "/" + name
-	in := f.instances[key]
-	if in == nil || in.pending {
-		return nil, notFound("projects/" + project + "/zones/" + zone + "/instances/" + name)
+	in, aerr := f.liveInstance(project, zone, name)
+	if aerr != nil {
+		return nil, aerr
 	}
 	if in.deleteAt.IsZero() {
 		in.deleteAt = f.opts.Now().Add(f.opts.Stopping)
