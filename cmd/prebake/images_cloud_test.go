@@ -332,6 +332,8 @@ var aptPinRE = regexp.MustCompile(`([a-z0-9.+-]+)=([0-9A-Za-z.+~:_-]+)`)
 // prebake_components function), which the CLI renders when the recipe names no userDataFile.
 var builderComponentRE = regexp.MustCompile(`component apt '([a-z0-9.+-]+)' '([0-9A-Za-z.+~:_-]+)'`)
 
+// writeRecipe writes a one-image hcloud recipe whose userDataFile, a cloud-config, pins the
+// versions for the stand-in builder to read back.
 func writeRecipe(t *testing.T, dir string, versions map[string]string) string {
 	t.Helper()
 	var script strings.Builder
@@ -342,23 +344,23 @@ func writeRecipe(t *testing.T, dir string, versions map[string]string) string {
 	if err := os.WriteFile(filepath.Join(dir, "builder.yaml"), []byte(script.String()+"']\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return writeCLIRecipe(t, dir, versions, map[string]string{"provider": "hcloud", "baseImage": "ubuntu-24.04",
+		"machineType": "cx22", "builderLocation": "fsn1", "userDataFile": "builder.yaml"})
+}
+
+// writeCLIRecipe writes recipe.yaml in dir: one ubuntu 24.04, Kubernetes 1.34.2 amd64 image
+// of the versions, with the provider's fields (provider, baseImage, machineType, …).
+func writeCLIRecipe(t *testing.T, dir string, versions, fields map[string]string) string {
+	t.Helper()
 	comps, _ := yaml.Marshal(versions)
-	recipe := `apiVersion: prebake.dev/v1alpha1
-kind: ImageRecipe
-images:
-  - os: ubuntu
-    osVersion: "2404"
-    kubernetes: 1.34.2
-    arch: amd64
-    provider: hcloud
-    baseImage: ubuntu-24.04
-    machineType: cx22
-    builderLocation: fsn1
-    userDataFile: builder.yaml
-    components:
-` + indent(string(comps), "      ")
+	var b strings.Builder
+	b.WriteString("apiVersion: prebake.dev/v1alpha1\nkind: ImageRecipe\nimages:\n  - os: ubuntu\n    osVersion: \"2404\"\n    kubernetes: 1.34.2\n    arch: amd64\n")
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		fmt.Fprintf(&b, "    %s: %s\n", k, fields[k])
+	}
+	b.WriteString("    components:\n" + indent(string(comps), "      "))
 	path := filepath.Join(dir, "recipe.yaml")
-	if err := os.WriteFile(path, []byte(recipe), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -16,7 +16,6 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/google/go-cmp/cmp"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 
@@ -267,25 +266,9 @@ func putReport(ctx context.Context, f *gcefake.Fake, instance string, report []b
 // CLI renders bootstrap's builder user-data.
 func writeGCERecipe(t *testing.T, dir string, versions map[string]string) string {
 	t.Helper()
-	comps, _ := yaml.Marshal(versions)
-	recipe := `apiVersion: prebake.dev/v1alpha1
-kind: ImageRecipe
-images:
-  - os: ubuntu
-    osVersion: "2404"
-    kubernetes: 1.34.2
-    arch: amd64
-    provider: gce
-    baseImage: projects/` + gcefake.UbuntuProject + `/global/images/family/` + gcefake.UbuntuFamilyAMD64 + `
-    machineType: e2-standard-2
-    builderLocation: ` + gceZone + `
-    components:
-` + indent(string(comps), "      ")
-	path := filepath.Join(dir, "recipe.yaml")
-	if err := os.WriteFile(path, []byte(recipe), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeCLIRecipe(t, dir, versions, map[string]string{"provider": "gce",
+		"baseImage":   "projects/" + gcefake.UbuntuProject + "/global/images/family/" + gcefake.UbuntuFamilyAMD64,
+		"machineType": "e2-standard-2", "builderLocation": gceZone})
 }
 
 // A build through the CLI on GCE: the builder boots with bootstrap's builder
