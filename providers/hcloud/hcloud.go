@@ -94,7 +94,7 @@ type Provider struct {
 
 	// zonesMu guards zones: each location's datacenter, which Hetzner's CCM
 	// sets as the node's zone; "" where a location has several. Loaded once,
-	// by the first MachineType or List whose datacenter list succeeds.
+	// by the first MachineType that succeeds.
 	zonesMu sync.Mutex
 	zones   map[string]string
 
@@ -221,23 +221,25 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 	if !ok {
 		return providers.MachineType{}, fmt.Errorf("hcloud server type %q: %w (see `hcloud server-type list`)", name, providers.ErrNotFound)
 	}
-	p.loadZones(ctx)
+	if err := p.loadZones(ctx); err != nil {
+		return providers.MachineType{}, err
+	}
 	return machineType(st, location)
 }
 
-// loadZones fills zones from the datacenter list, once. A failure is logged
-// and tried again at the next MachineType or List (refresh); until then
-// nodes carry no zone.
-func (p *Provider) loadZones(ctx context.Context) {
+// loadZones fills zones from the datacenter list, once. It is part of
+// MachineType, which templates are built from, so a template never lacks a
+// zone its nodes will carry; the lock is not held across the call.
+func (p *Provider) loadZones(ctx context.Context) error {
 	p.zonesMu.Lock()
-	defer p.zonesMu.Unlock()
-	if p.zones != nil {
-		return
+	loaded := p.zones != nil
+	p.zonesMu.Unlock()
+	if loaded {
+		return nil
 	}
 	all, err := p.client.Datacenter.All(ctx)
 	if err != nil {
-		p.log.Warn("hcloud: datacenters not listed (tried again at the next refresh); nodes carry no zone label until they are", "err", err)
-		return
+		return fmt.Errorf("hcloud: list datacenters (each location's datacenter is its nodes' zone label): %w", err)
 	}
 	zones := map[string]string{}
 	for _, dc := range all {
@@ -250,7 +252,10 @@ func (p *Provider) loadZones(ctx context.Context) {
 		}
 		zones[dc.Location.Name] = dc.Name
 	}
+	p.zonesMu.Lock()
 	p.zones = zones
+	p.zonesMu.Unlock()
+	return nil
 }
 
 func (p *Provider) serverTypes(ctx context.Context) (map[string]*hcloud.ServerType, error) {

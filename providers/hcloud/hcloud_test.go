@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -324,8 +325,8 @@ func TestNewRequiresTokenAndCluster(t *testing.T) {
 }
 
 // TestTopologyLabels: a node carries what Hetzner's CCM and CSI driver set: the location's
-// datacenter as the zone, the location as the region. A datacenter list that failed leaves
-// the zone out (MachineType itself still answers) until the next List (refresh) loads it, and
+// datacenter as the zone, the location as the region. The datacenter list is part of
+// MachineType (templates are built from it): a failed list fails it, naming the list, and
 // once loaded it is never listed again.
 func TestTopologyLabels(t *testing.T) {
 	t.Parallel()
@@ -342,18 +343,14 @@ func TestTopologyLabels(t *testing.T) {
 		}
 	}
 	f.Fail(http.MethodGet, "/datacenters", 1, hcloudfake.APIError{Status: 503, Code: "unavailable", Message: "try again"})
+	if _, err := p.MachineType(ctx, "cx22", "nbg1"); err == nil || !strings.Contains(err.Error(), "list datacenters") {
+		t.Fatalf("MachineType with the datacenter list failing = %v, want an error naming it", err)
+	}
 	if _, err := p.MachineType(ctx, "cx22", "nbg1"); err != nil {
-		t.Fatalf("MachineType with the datacenter list failing: %v", err)
-	}
-	want := map[string]string{providers.LabelRegion: "nbg1", providers.LabelHcloudCSILocation: "nbg1", providers.LabelHcloudProvidedBy: "cloud"}
-	if d := cmp.Diff(want, p.TopologyLabels("nbg1")); d != "" {
-		t.Errorf("topology labels before the datacenters are known (-want +got):\n%s", d)
-	}
-	// The next refresh's List loads them.
-	if _, err := p.List(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want[providers.LabelZone] = zone
+	want := map[string]string{providers.LabelZone: zone, providers.LabelRegion: "nbg1",
+		providers.LabelHcloudCSILocation: "nbg1", providers.LabelHcloudProvidedBy: "cloud"}
 	if d := cmp.Diff(want, p.TopologyLabels("nbg1")); d != "" || zone == "" {
 		t.Errorf("topology labels (-want +got):\n%s", d)
 	}

@@ -60,9 +60,9 @@ var _ providers.TopologyLabeler = (*Provider)(nil)
 // controllers put on a node: the CCM sets the server's datacenter as the zone
 // and its location as the region, and marks cloud servers; the CSI driver
 // keys volumes to the location. The zone is the location's one datacenter
-// (from the datacenter list MachineType loads); where a location has several,
-// or the list is not loaded yet, there is no zone label rather than a wrong
-// one (CA's own Hetzner provider sets none at all).
+// (from the datacenter list MachineType loads); where a location has several
+// there is no zone label rather than a wrong one (CA's own Hetzner provider
+// sets none at all).
 func (p *Provider) TopologyLabels(location string) map[string]string {
 	l := map[string]string{providers.LabelHcloudProvidedBy: "cloud"}
 	if location == "" {

@@ -20,7 +20,6 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hcloud: list servers of cluster %q: %w", p.cluster, err)
 	}
-	p.loadZones(ctx) // nothing once loaded; after a failed load at startup, one more try per refresh
 	out := make([]providers.Instance, 0, len(servers))
 	for _, s := range servers {
 		out = append(out, instance(s))
