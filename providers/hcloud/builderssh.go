@@ -115,7 +115,8 @@ func (p *Provider) BuilderReport(ctx context.Context, b imagecatalog.BuilderStat
 	conn, err := p.builderDial(dctx, "tcp", addr)
 	dcancel()
 	if err != nil {
-		return nil, false, fmt.Errorf("hcloud builder %s: ssh %s: %w", b.ID, addr, err)
+		// Normal while the builder boots; if it lasts, the path is closed.
+		return nil, false, fmt.Errorf("hcloud builder %s: ssh %s: %w (if this lasts past boot: port 22 must be open to this host, also in providers.hcloud.firewalls)", b.ID, addr, err)
 	}
 	defer conn.Close()
 	// Whatever ends first, ctx or the run, closes the connection.
