@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"net/url"
 	"regexp"
@@ -50,6 +51,20 @@ type GceProvider struct {
 	// QPS and Burst pace every API request of the provider.
 	QPS   float64 `yaml:"qps"`
 	Burst int     `yaml:"burst"`
+	// Prices are the machine types' on-demand prices per hour, which CA's
+	// price expander needs and the Compute API does not give (Google
+	// publishes them at https://cloud.google.com/compute/vm-instance-pricing
+	// and in the Cloud Billing Catalog API). A type without an entry has no
+	// price.
+	Prices []GcePrice `yaml:"prices"`
+}
+
+// GcePrice is a machine type's price per hour in one region, or in every
+// region the table doesn't name when region is left out.
+type GcePrice struct {
+	MachineType  string  `yaml:"machineType"`
+	Region       string  `yaml:"region"`
+	PricePerHour float64 `yaml:"pricePerHour"`
 }
 
 // gceProjectRE is a project id, optionally domain-scoped
@@ -121,7 +136,28 @@ func (v *validator) gce(g *GceProvider) {
 	if g.Burst < 1 || g.Burst > maxBurst {
 		v.errorf(p+".burst", "%s.burst is %d; use 1 to %d (default 2 × qps)", p, g.Burst, maxBurst)
 	}
+	seen := map[string]int{}
+	for i, pr := range g.Prices {
+		k := fmt.Sprintf("%s.prices[%d]", p, i)
+		switch {
+		case pr.MachineType == "":
+			v.errorf(k+".machineType", "%s.machineType is required, such as \"e2-standard-4\"", k)
+		case pr.Region != "" && !gceRegionRE.MatchString(pr.Region):
+			v.errorf(k+".region", "%s.region %q is not a GCE region; use such as \"europe-west4\", or leave it out for every region", k, short(pr.Region))
+		}
+		if math.IsNaN(pr.PricePerHour) || math.IsInf(pr.PricePerHour, 0) || pr.PricePerHour <= 0 {
+			v.errorf(k+".pricePerHour", "%s.pricePerHour is %v; use the on-demand price per hour, above 0", k, pr.PricePerHour)
+		}
+		key := pr.MachineType + "@" + pr.Region
+		if j, dup := seen[key]; dup {
+			v.errorf(k, "%s repeats %s.prices[%d] (machine type %q, region %q): keep one", k, p, j, pr.MachineType, pr.Region)
+		}
+		seen[key] = i
+	}
 }
+
+// gceRegionRE is a region name such as europe-west4.
+var gceRegionRE = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
 
 // gceGroup checks what a gce group's fields must be on GCE: the location is
 // a zone.

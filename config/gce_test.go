@@ -63,6 +63,10 @@ func TestGceErrors(t *testing.T) {
 		{"image not a path", edit("project: my-project", "project: my-project\n    image: ubuntu-2404"), `gce.yaml:7: providers.gce.image "ubuntu-2404" is not an image path`},
 		{"tiny disk", edit("project: my-project", "project: my-project\n    diskSizeGB: 5"), `gce.yaml:7: providers.gce.diskSizeGB is 5; use 10 to 65536`},
 		{"unknown field", edit("project: my-project", "project: my-project\n    zone: europe-west4-a"), `gce.yaml:7: unknown field "zone"`},
+		{"price without machine type", edit("project: my-project", "project: my-project\n    prices: [{pricePerHour: 0.1}]"), `providers.gce.prices[0].machineType is required`},
+		{"price of zero", edit("project: my-project", "project: my-project\n    prices: [{machineType: e2-standard-2}]"), `providers.gce.prices[0].pricePerHour is 0`},
+		{"price in a zone", edit("project: my-project", "project: my-project\n    prices: [{machineType: e2-standard-2, region: europe-west4-a, pricePerHour: 0.1}]"), `providers.gce.prices[0].region "europe-west4-a" is not a GCE region`},
+		{"price twice", edit("project: my-project", "project: my-project\n    prices: [{machineType: e2-standard-2, pricePerHour: 0.1}, {machineType: e2-standard-2, pricePerHour: 0.2}]"), `providers.gce.prices[1] repeats providers.gce.prices[0]`},
 		{"region as location", edit("location: europe-west4-a", "location: europe-west4"), `gce.yaml:13: node group "e2-a": location "europe-west4" is not a GCE zone`},
 	}
 	for _, tc := range tests {

@@ -1,6 +1,7 @@
-// Package deploy holds no code: it is the home of the kustomize manifests
-// (base/, components/, overlays/) that run prebake next to cluster-autoscaler,
-// and of their tests.
+// Package deploy is the home of the kustomize manifests (base/, components/,
+// overlays/) that run prebake next to cluster-autoscaler, and of their tests.
+// Its one piece of code, BaseArg, reads the flags deploy/base ships, so the
+// e2e suite and the demo run CA's stand-in with the same expanders.
 //
 // Invariants the tests hold every overlay to (docs/deploy.md, "What is
 // validated"): it renders with `kubectl kustomize`; every container runs as

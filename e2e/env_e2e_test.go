@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/prebake-dev/prebake/deploy"
 	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/standin"
@@ -216,7 +217,7 @@ func (e *env) writeConfig(groups ...group) string {
 // startServe runs `prebake serve` on config; with tlsBundle set it serves mTLS.
 func (e *env) startServe(config string, tlsBundle *certs.Bundle) {
 	e.t.Helper()
-	o := serveproc.Options{Binary: suite.prebake, Config: config, Dir: e.dir}
+	o := serveproc.Options{Binary: suite.prebake, Config: config, Dir: e.dir, Args: []string{"--ca-expander=" + shippedExpander(e.t)}}
 	if tlsBundle != nil {
 		o.TLSCert, o.TLSKey, o.ClientCA = tlsBundle.ServerCert, tlsBundle.ServerKey, tlsBundle.CACert
 	}
@@ -249,7 +250,7 @@ func (e *env) newStandIn(conn grpc.ClientConnInterface, run bool) *standin.Stand
 		conn = e.conn
 	}
 	s, err := standin.New(standin.Options{
-		Conn: conn, Kube: e.kube, Namespace: e.name,
+		Conn: conn, Kube: e.kube, Namespace: e.name, Expander: shippedExpander(e.t),
 		Logger:  slog.New(slog.NewTextHandler(eventLog{e}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OnEvent: func(ev standin.Event) { e.addEvent(ev.At.Format("15:04:05.000") + " " + ev.String()) },
 	})
@@ -271,6 +272,18 @@ func (e *env) newStandIn(conn grpc.ClientConnInterface, run bool) *standin.Stand
 		close(e.runDone)
 	}
 	return s
+}
+
+// shippedExpander is the --expander deploy/base runs CA with: the scenarios
+// drive prebake through the same expanders, the price expander's calls
+// included, and prebake is told them (--ca-expander) as deploy/base tells it.
+func shippedExpander(t testing.TB) string {
+	t.Helper()
+	v, err := deploy.CAExpander()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // eventLog keeps the stand-in's log lines with its events, for printing on failure.

@@ -40,6 +40,7 @@ func TestConformanceConcurrentRPCs(t *testing.T) {
 		ok  []codes.Code
 		run func(group string, i int) error
 	}
+	pod := podBytes(t, "500m", "500M", 0)
 	ops := []op{
 		{"IncreaseSize", []codes.Code{codes.FailedPrecondition}, func(g string, i int) error {
 			_, err := call(r.client.NodeGroupIncreaseSize, &protos.NodeGroupIncreaseSizeRequest{Id: g, Delta: int32(1 + i%3)})
@@ -126,19 +127,20 @@ func TestConformanceConcurrentRPCs(t *testing.T) {
 			_, err := call(r.client.Cleanup, &protos.CleanupRequest{})
 			return err
 		}},
-		{"optional", []codes.Code{codes.Unimplemented}, func(g string, i int) error {
-			var err error
-			switch i % 3 {
-			case 0:
-				_, err = call(r.client.NodeGroupGetOptions, &protos.NodeGroupAutoscalingOptionsRequest{Id: g})
-			case 1:
-				_, err = call(r.client.PricingNodePrice, &protos.PricingNodePriceRequest{Node: fakeNode("fake://x", fakeReasonUnregistered)})
-			case 2:
-				_, err = call(r.client.PricingPodPrice, &protos.PricingPodPriceRequest{})
-			}
+		{"NodeGroupGetOptions", []codes.Code{codes.Unimplemented}, func(g string, i int) error {
+			_, err := call(r.client.NodeGroupGetOptions, &protos.NodeGroupAutoscalingOptionsRequest{Id: g})
 			if status.Code(err) == codes.OK {
-				return errors.New("an optional RPC answered OK")
+				return errors.New("NodeGroupGetOptions answered OK")
 			}
+			return err
+		}},
+		{"pricing", nil, func(g string, i int) error {
+			start, end := hourAhead()
+			if i%2 == 0 {
+				_, err := call(r.client.PricingNodePrice, &protos.PricingNodePriceRequest{Node: realNode(g, fmt.Sprintf("%s-%05d", g, i)), StartTimestamp: start, EndTimestamp: end})
+				return err
+			}
+			_, err := call(r.client.PricingPodPrice, &protos.PricingPodPriceRequest{PodBytes: pod, StartTimestamp: start, EndTimestamp: end})
 			return err
 		}},
 	}

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -525,49 +524,20 @@ func TestConformanceDecreaseTargetSize(t *testing.T) {
 	}, instances(t, r, "g1"))
 }
 
-// §6.10, §6.14, §6.15, §10.9: the optional RPCs answer Unimplemented, which
-// CA maps to "use the default".
-func TestConformanceOptionalRPCsAreUnimplemented(t *testing.T) {
+// NodeGroupGetOptions answers Unimplemented, which CA maps to "use the
+// global options" (answering would zero MaxNodeStartupTime,
+// kubernetes/autoscaler#10245).
+func TestConformanceGetOptionsIsUnimplemented(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, fake.New(), rigOptions{})
-	increase(t, r, "g1", 1)
-	node := realNode("g1", "g1-00001")
-	start, end := timestamppb.New(time.Unix(1_800_000_000, 0)), timestamppb.New(time.Unix(1_800_003_600, 0))
-	pod, err := (&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}).Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defaults := &protos.NodeGroupAutoscalingOptions{
 		ScaleDownUtilizationThreshold: 0.5, ScaleDownGpuUtilizationThreshold: 0.5,
 		ScaleDownUnneededDuration: durationpb.New(10 * time.Minute), ScaleDownUnreadyDuration: durationpb.New(20 * time.Minute),
 		MaxNodeProvisionDuration: durationpb.New(15 * time.Minute),
 	}
-	tests := []struct {
-		name string
-		rpc  func() error
-	}{
-		{"NodeGroupGetOptions", func() error {
-			_, err := call(r.client.NodeGroupGetOptions, &protos.NodeGroupAutoscalingOptionsRequest{Id: "g1", Defaults: defaults})
-			return err
-		}},
-		{"NodeGroupGetOptions of an unknown group", func() error {
-			_, err := call(r.client.NodeGroupGetOptions, &protos.NodeGroupAutoscalingOptionsRequest{Id: "nope", Defaults: defaults})
-			return err
-		}},
-		{"PricingNodePrice", func() error {
-			_, err := call(r.client.PricingNodePrice, &protos.PricingNodePriceRequest{Node: node, StartTimestamp: start, EndTimestamp: end})
-			return err
-		}},
-		{"PricingPodPrice", func() error {
-			_, err := call(r.client.PricingPodPrice, &protos.PricingPodPriceRequest{PodBytes: pod, StartTimestamp: start, EndTimestamp: end})
-			return err
-		}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			wantCode(t, tc.name, tc.rpc(), codes.Unimplemented)
-		})
+	for _, id := range []string{"g1", "nope"} {
+		_, err := call(r.client.NodeGroupGetOptions, &protos.NodeGroupAutoscalingOptionsRequest{Id: id, Defaults: defaults})
+		wantCode(t, "NodeGroupGetOptions "+id, err, codes.Unimplemented)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/prebake-dev/prebake/autoscaling"
 	protos "github.com/prebake-dev/prebake/externalgrpc/proto"
@@ -56,6 +58,57 @@ func toStatus(err error) error {
 
 func groupMsg(g autoscaling.GroupInfo) *protos.NodeGroup {
 	return &protos.NodeGroup{Id: g.ID, MinSize: int32(g.MinSize), MaxSize: int32(g.MaxSize), Debug: g.Debug}
+}
+
+// PricingNodePrice answers CA's price expander with the node's group price
+// per hour times the window (autoscaling.Core.NodePrice). A group without a
+// price is FailedPrecondition naming the fix; CA then skips that group.
+func (s *Server) PricingNodePrice(_ context.Context, req *protos.PricingNodePriceRequest) (*protos.PricingNodePriceResponse, error) {
+	if req.GetNode() == nil {
+		return nil, status.Error(codes.InvalidArgument, "PricingNodePrice: node is missing")
+	}
+	start, end, err := window(req.GetStartTimestamp(), req.GetEndTimestamp())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.core.NodePrice(nodeOf(req.GetNode()), start, end)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &protos.PricingNodePriceResponse{Price: p}, nil
+}
+
+// PricingPodPrice answers with the pod's theoretical minimum price
+// (autoscaling.Core.PodPrice). pod_bytes is the protobuf encoding of a
+// core/v1 Pod, as CA's client sends it (pod.Marshal()).
+func (s *Server) PricingPodPrice(_ context.Context, req *protos.PricingPodPriceRequest) (*protos.PricingPodPriceResponse, error) {
+	pod := &corev1.Pod{}
+	if err := pod.Unmarshal(req.GetPodBytes()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "PricingPodPrice: pod_bytes is not a protobuf core/v1 Pod: %v", err)
+	}
+	start, end, err := window(req.GetStartTimestamp(), req.GetEndTimestamp())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.core.PodPrice(pod, start, end)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &protos.PricingPodPriceResponse{Price: p}, nil
+}
+
+// window checks a pricing request's start and end timestamps.
+func window(start, end *timestamppb.Timestamp) (time.Time, time.Time, error) {
+	if start == nil || end == nil {
+		return time.Time{}, time.Time{}, status.Error(codes.InvalidArgument, "pricing: startTimestamp and endTimestamp are required")
+	}
+	if err := start.CheckValid(); err != nil {
+		return time.Time{}, time.Time{}, status.Errorf(codes.InvalidArgument, "pricing: startTimestamp: %v", err)
+	}
+	if err := end.CheckValid(); err != nil {
+		return time.Time{}, time.Time{}, status.Errorf(codes.InvalidArgument, "pricing: endTimestamp: %v", err)
+	}
+	return start.AsTime(), end.AsTime(), nil
 }
 
 func nodeOf(n *protos.ExternalGrpcNode) autoscaling.Node {
@@ -189,8 +242,9 @@ func (s *Server) NodeGroupTemplateNodeInfo(_ context.Context, req *protos.NodeGr
 }
 
 // NodeGroupGetOptions answers Unimplemented on purpose: answering with
-// options zeroes CA's MaxNodeStartupTime, which has no proto field (spec
-// §6.15). It is explicit here so nobody "fixes" it by accident.
+// options zeroes CA's MaxNodeStartupTime, which has no proto field
+// (kubernetes/autoscaler#10245; docs/operations.md). It is explicit here so
+// nobody "fixes" it by accident.
 func (s *Server) NodeGroupGetOptions(context.Context, *protos.NodeGroupAutoscalingOptionsRequest) (*protos.NodeGroupAutoscalingOptionsResponse, error) {
 	return nil, errGetOptions
 }

@@ -50,6 +50,7 @@ signed by that CA (mTLS) and reloads all three files when they change.`,
 	f.StringVar(&o.ClientCA, "client-ca", "", "CA PEM that client certificates must chain to (enables mTLS)")
 	f.BoolVar(&o.Insecure, "insecure", false, "allow plaintext gRPC on a non-loopback address")
 	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for in-flight creations")
+	f.StringVar(&o.CAExpander, "ca-expander", "", `cluster-autoscaler's --expander value (such as "price,least-waste"): refuse to start when the config can't serve one of them (price needs a price for every group); empty logs what the config supports`)
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	_ = cmd.MarkFlagRequired("config")

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/config"
+	"github.com/prebake-dev/prebake/deploy"
 	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/standin"
@@ -154,8 +155,14 @@ func demo(ctx context.Context, c *clock, cfgPath string, pods int, cpu string) e
 	if cfg.Providers.Kwok.Kubeconfig != "" {
 		c.printf("note: %s sets providers.kwok.kubeconfig; the demo cluster is used only if it points there", cfgPath)
 	}
-	c.printf("starting prebake serve --config %s", relTo(moduleDir, cfgPath))
-	serve, err := serveproc.Start(ctx, serveproc.Options{Binary: bin, Config: cfgPath, Dir: dir, Env: env})
+	// CA's expanders as deploy/base ships them, the price expander first:
+	// prebake is told them, and the stand-in makes their calls.
+	expander, err := deploy.CAExpander()
+	if err != nil {
+		return err
+	}
+	c.printf("starting prebake serve --config %s --ca-expander=%s", relTo(moduleDir, cfgPath), expander)
+	serve, err := serveproc.Start(ctx, serveproc.Options{Binary: bin, Config: cfgPath, Dir: dir, Env: env, Args: []string{"--ca-expander=" + expander}})
 	if err != nil {
 		return err
 	}
@@ -173,7 +180,7 @@ func demo(ctx context.Context, c *clock, cfgPath string, pods int, cpu string) e
 	}
 	defer conn.Close()
 	s, err := standin.New(standin.Options{
-		Conn: conn, Kube: kube, Namespace: podNamespace,
+		Conn: conn, Kube: kube, Namespace: podNamespace, Expander: expander,
 		OnEvent: func(e standin.Event) { c.printf("%s", e) },
 	})
 	if err != nil {

@@ -68,6 +68,8 @@ type Options struct {
 	TLSCert, TLSKey, ClientCA string
 	// Env is added to the environment (KUBECONFIG=…, say).
 	Env []string
+	// Args are more flags of `prebake serve` (--ca-expander=…, say).
+	Args []string
 	// StartTimeout bounds the wait for "serving" and /readyz; default 60 s.
 	StartTimeout time.Duration
 }
@@ -135,6 +137,7 @@ func (p *Process) start(ctx context.Context, listen, httpListen string) error {
 	if p.o.TLSCert != "" {
 		args = append(args, "--tls-cert", p.o.TLSCert, "--tls-key", p.o.TLSKey, "--client-ca", p.o.ClientCA)
 	}
+	args = append(args, p.o.Args...)
 	cmd := exec.Command(p.o.Binary, args...)
 	cmd.Env = append(os.Environ(), p.o.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -45,7 +45,11 @@ type plan struct {
 	Absorbed []*corev1.Pod
 	// Remaining pods need new nodes.
 	Remaining []*corev1.Pod
-	// Best is the chosen option; nil when no group can take any remaining pod.
+	// Options are the groups' answers to the remaining pods, in group order.
+	Options []option
+	// Best is the option the default rule picks (most pods, then fewest
+	// nodes, then the group listed first); nil when no group can take any
+	// remaining pod. A configured expander chain picks among Options instead.
 	Best *option
 	// Skipped maps a group to why it was not considered.
 	Skipped map[string]string
@@ -98,8 +102,11 @@ func planScaleUp(pending []*corev1.Pod, existing []simNode, groups []groupInput)
 			p.Skipped[g.ID] = "no pending pod fits its template"
 			continue
 		}
-		if p.Best == nil || better(o, *p.Best) {
-			p.Best = &o
+		p.Options = append(p.Options, o)
+	}
+	for i := range p.Options {
+		if p.Best == nil || better(p.Options[i], *p.Best) {
+			p.Best = &p.Options[i]
 		}
 	}
 	return p

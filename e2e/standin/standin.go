@@ -44,6 +44,11 @@ type Options struct {
 	RPCTimeout time.Duration
 	// Backoff is how long a group with a creation error is skipped; default DefaultBackoff.
 	Backoff time.Duration
+	// Expander is CA's --expander value the stand-in applies to its options
+	// ("price,least-waste": the price expander's RPCs included). Empty means
+	// the stand-in's own rule: most pods, then fewest nodes, then the group
+	// listed first.
+	Expander string
 	// OnEvent, when set, receives every event as it happens. It may be called from several
 	// goroutines at once and must not block.
 	OnEvent func(Event)
@@ -54,11 +59,12 @@ type Options struct {
 // StandIn is the stand-in for CA. Create it with New; Run drives it, or call Start once and
 // then Loop by hand.
 type StandIn struct {
-	o       Options
-	client  protos.CloudProviderClient
-	rpc     *rpcRecorder
-	log     *slog.Logger
-	trigger chan struct{} // one pending "loop now"
+	o         Options
+	expanders []string // parsed Options.Expander
+	client    protos.CloudProviderClient
+	rpc       *rpcRecorder
+	log       *slog.Logger
+	trigger   chan struct{} // one pending "loop now"
 
 	startOnce sync.Once
 	startErr  error
@@ -97,9 +103,14 @@ func New(o Options) (*StandIn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	expanders, err := ParseExpanders(o.Expander)
+	if err != nil {
+		return nil, fmt.Errorf("standin: Options.Expander: %w", err)
+	}
 	rec := newRPCRecorder()
 	return &StandIn{
 		o:         o,
+		expanders: expanders,
 		client:    protos.NewCloudProviderClient(timedConn{cc: o.Conn, rec: rec}),
 		rpc:       rec,
 		log:       log.With("component", "ca-standin"),
@@ -363,6 +374,17 @@ func (s *StandIn) Loop(ctx context.Context) (res LoopResult, err error) {
 
 	p := planScaleUp(pending, existing, inputs)
 	res.Absorbed, res.Skipped = len(p.Absorbed), p.Skipped
+	if s.expanders != nil && len(p.Options) > 0 {
+		templates := map[string]*corev1.Node{}
+		for _, v := range views {
+			templates[v.info.GetId()] = v.template
+		}
+		var dropped map[string]string
+		p.Best, dropped = s.expand(ctx, p.Options, templates)
+		for g, why := range dropped {
+			res.Skipped[g] = why
+		}
+	}
 	if p.Best == nil {
 		return res, nil
 	}

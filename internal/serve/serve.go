@@ -58,7 +58,11 @@ type Options struct {
 	Insecure bool
 	// ShutdownTimeout bounds the drain of in-flight creations.
 	ShutdownTimeout time.Duration
-	Logger          *slog.Logger
+	// CAExpander is the --expander value cluster-autoscaler runs with. When
+	// set, Run refuses a config that can't serve one of them (price needs a
+	// price for every group); empty, it logs what the config supports.
+	CAExpander string
+	Logger     *slog.Logger
 	// Ready, when set, is called with the bound addresses once serving.
 	Ready func(grpcAddr, httpAddr string)
 }
@@ -85,6 +89,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	core, nodes, groups := bc.core, bc.nodes, bc.groups
+	if err := checkExpanders(core, o.CAExpander, log); err != nil {
+		return err
+	}
 
 	lis, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -162,6 +169,26 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("stopped")
 	return serveErr
+}
+
+// checkExpanders fails when CA's --expander (as --ca-expander says) names an
+// expander the config can't serve, and otherwise logs what it supports: CA
+// skips every group its price expander can't price, and scales nothing up
+// when that is all of them.
+func checkExpanders(core *autoscaling.Core, caExpander string, log *slog.Logger) error {
+	if caExpander != "" {
+		if err := core.CheckExpanders(caExpander); err != nil {
+			return fmt.Errorf("--ca-expander %s: %w", caExpander, err)
+		}
+		log.Info("cluster-autoscaler's expanders are served", "expanders", caExpander)
+		return nil
+	}
+	if err := core.Expanders().Supports("price"); err != nil {
+		log.Warn("expanders: random, most-pods, least-waste, least-nodes, priority and grpc work; price does not", "price", err.Error())
+		return nil
+	}
+	log.Info("expanders: every one works, price included (every group has a price)")
+	return nil
 }
 
 // builtCore is a core assembled from a config, not yet started.
@@ -404,6 +431,7 @@ func NewGCE(ctx context.Context, cfg *config.Config, log *slog.Logger) (*gce.Pro
 		ServiceAccount:  g.ServiceAccount,
 		BuilderZone:     builderZone,
 		DiskSizeGB:      g.DiskSizeGB,
+		Prices:          gcePrices(g.Prices),
 		Rate:            rate.Limit(g.QPS),
 		Burst:           g.Burst,
 		Logger:          log,
@@ -412,6 +440,14 @@ func NewGCE(ctx context.Context, cfg *config.Config, log *slog.Logger) (*gce.Pro
 		return nil, fmt.Errorf("providers.gce: %w", err)
 	}
 	return p, nil
+}
+
+func gcePrices(list []config.GcePrice) []gce.Price {
+	out := make([]gce.Price, 0, len(list))
+	for _, p := range list {
+		out = append(out, gce.Price{MachineType: p.MachineType, Region: p.Region, PerHour: p.PricePerHour})
+	}
+	return out
 }
 
 // buildStatic builds the static provider. Unlike kwok it needs its cluster

@@ -50,14 +50,15 @@ type Provider struct {
 	requests    []providers.CreateRequest // every Create's request, in order
 }
 
-// New returns an empty fake cloud with one machine type, "m1" (2 CPU, 4 GiB).
+// New returns an empty fake cloud with two machine types, "m1" (2 CPU,
+// 4 GiB, 0.02 an hour) and "gpu" (8 CPU, 32 GiB, one GPU, 0.5 an hour).
 func New() *Provider {
 	return &Provider{
 		NameValue: "fake",
 		KnownIDs:  true,
 		Types: map[string]providers.MachineType{
-			"m1":  {Name: "m1", MilliCPU: 2000, MemoryBytes: 4 << 30, Pods: 110, Arch: "amd64"},
-			"gpu": {Name: "gpu", MilliCPU: 8000, MemoryBytes: 32 << 30, Pods: 110, Arch: "amd64", GPUs: 1, GPUType: "nvidia-t4"},
+			"m1":  {Name: "m1", MilliCPU: 2000, MemoryBytes: 4 << 30, Pods: 110, Arch: "amd64", PricePerHour: 0.02},
+			"gpu": {Name: "gpu", MilliCPU: 8000, MemoryBytes: 32 << 30, Pods: 110, Arch: "amd64", GPUs: 1, GPUType: "nvidia-t4", PricePerHour: 0.5},
 		},
 		machines: map[string]providers.Instance{},
 		capacity: -1,

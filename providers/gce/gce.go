@@ -74,6 +74,9 @@ type Options struct {
 	DiskSizeGB int64
 	// MachineTypeTTL defaults to DefaultMachineTypeTTL.
 	MachineTypeTTL time.Duration
+	// Prices are the machine types' prices per hour: the Compute API has
+	// none. A type without an entry has no price (PricePerHour 0).
+	Prices []Price
 	// Rate and Burst pace every request; defaults DefaultRate and
 	// DefaultBurst.
 	Rate  rate.Limit

@@ -375,3 +375,37 @@ func TestOneRateLimiterForAllClients(t *testing.T) {
 		t.Fatalf("%d requests reached the API, want 1", n)
 	}
 }
+
+// Prices come from the configured table: the region's entry first, then the
+// any-region one; a type with no entry has none.
+func TestMachineTypePrices(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, gcefake.Options{})
+	p, err := New(context.Background(), Options{
+		Project: f.Project(), Endpoint: f.URL(), Cluster: "c", Rate: 1000, Burst: 1000, Logger: slog.New(slog.DiscardHandler),
+		Prices: []Price{
+			{MachineType: "e2-standard-2", Region: "europe-west4", PerHour: 0.074},
+			{MachineType: "e2-standard-2", PerHour: 0.067},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	for _, tc := range []struct {
+		name, zone string
+		want       float64
+	}{
+		{"e2-standard-2", testZone, 0.074},
+		{"e2-standard-2", "us-central1-a", 0.067},
+		{"t2a-standard-4", testZone, 0},
+	} {
+		mt, err := p.MachineType(context.Background(), tc.name, tc.zone)
+		if err != nil {
+			t.Fatalf("%s in %s: %v", tc.name, tc.zone, err)
+		}
+		if mt.PricePerHour != tc.want {
+			t.Errorf("%s in %s: price %v, want %v", tc.name, tc.zone, mt.PricePerHour, tc.want)
+		}
+	}
+}

@@ -36,6 +36,7 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 		return providers.MachineType{}, fmt.Errorf("gce: get machine type %q in zone %q: %w", name, location, err)
 	}
 	mt := p.machineType(res)
+	mt.PricePerHour = p.price(name, Region(location))
 	p.typeCache[key] = cachedType{mt: mt, at: p.o.Now()}
 	return mt, nil
 }
@@ -59,6 +60,33 @@ func (p *Provider) machineType(m *computepb.MachineType) providers.MachineType {
 		}
 	}
 	return mt
+}
+
+// Price is one entry of the price table: a machine type's on-demand price
+// per hour in a region, or in every region the table does not name when
+// Region is "".
+type Price struct {
+	MachineType string
+	Region      string
+	PerHour     float64
+}
+
+// price looks name up in the table: the entry for region first, then the
+// one for any region; 0 when there is none.
+func (p *Provider) price(name, region string) float64 {
+	any := 0.0
+	for _, pr := range p.o.Prices {
+		if pr.MachineType != name {
+			continue
+		}
+		if pr.Region == region {
+			return pr.PerHour
+		}
+		if pr.Region == "" {
+			any = pr.PerHour
+		}
+	}
+	return any
 }
 
 // armFamilies are the machine families on Arm CPUs (Tau T2A, Axion C4A and

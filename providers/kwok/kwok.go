@@ -222,8 +222,10 @@ const (
 )
 
 // DefaultMachineTypes is the table used when Options.MachineTypes is empty.
+// Its prices are made up (kwok machines cost nothing), in proportion to
+// size, so that CA's price expander works on the built-in types too.
 func DefaultMachineTypes() []providers.MachineType {
-	mt := func(name string, cpu, memGiB, gpus int64, gpuType string) providers.MachineType {
+	mt := func(name string, cpu, memGiB, gpus int64, gpuType string, price float64) providers.MachineType {
 		return providers.MachineType{
 			Name:                  name,
 			MilliCPU:              cpu * 1000,
@@ -233,12 +235,13 @@ func DefaultMachineTypes() []providers.MachineType {
 			GPUs:                  gpus,
 			GPUType:               gpuType,
 			Arch:                  "amd64",
+			PricePerHour:          price,
 		}
 	}
 	return []providers.MachineType{
-		mt("kwok-small", 2, 4, 0, ""),
-		mt("kwok-medium", 4, 8, 0, ""),
-		mt("kwok-large", 8, 32, 0, ""),
-		mt("kwok-gpu", 8, 32, 1, "nvidia-t4"),
+		mt("kwok-small", 2, 4, 0, "", 0.01),
+		mt("kwok-medium", 4, 8, 0, "", 0.02),
+		mt("kwok-large", 8, 32, 0, "", 0.04),
+		mt("kwok-gpu", 8, 32, 1, "nvidia-t4", 0.40),
 	}
 }

@@ -416,7 +416,7 @@ func TestMachineType(t *testing.T) {
 	if err != nil {
 		t.Fatalf("MachineType(kwok-small): %v", err)
 	}
-	want := providers.MachineType{Name: "kwok-small", MilliCPU: 2000, MemoryBytes: 4 << 30, EphemeralStorageBytes: 100 << 30, Pods: 110, Arch: "amd64"}
+	want := providers.MachineType{Name: "kwok-small", MilliCPU: 2000, MemoryBytes: 4 << 30, EphemeralStorageBytes: 100 << 30, Pods: 110, Arch: "amd64", PricePerHour: 0.01}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("MachineType(kwok-small) (-want +got):\n%s", diff)
 	}
