@@ -16,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,15 +107,53 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
+	// The core outlives ctx so that a signal drains in-flight creations
+	// instead of cutting them off; but until serving begins nothing is in
+	// flight, and a signal then stops the start at once, whatever it waits
+	// on (a provider's first List against an unreachable API, say).
 	coreCtx, stopCore := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCore()
+	started := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			select {
+			case <-started:
+			default:
+				stopCore()
+			}
+		case <-started:
+		}
+	}()
+	log.Info("starting: listing every provider once", "providers", strings.Join(providerNames(groups), ","))
 	if err := core.Start(coreCtx); err != nil {
 		return err
 	}
 	if nodes != nil {
-		if err := nodes.Watch(coreCtx, core); err != nil {
-			log.Warn("node watch failed; the timeline will miss node registration and readiness", "err", err)
+		if err := nodes.Watch(coreCtx, core, log); err != nil {
+			return fmt.Errorf("node watch: %w", err)
 		}
+	}
+	if ctx.Err() != nil {
+		log.Info("stopped before serving", "reason", context.Cause(ctx))
+		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+		defer cancel()
+		_ = core.Shutdown(sctx)
+		lis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return nil
+	}
+	close(started)
+	ready := func() error {
+		if err := core.Ready(); err != nil {
+			return err
+		}
+		if nodes != nil {
+			return nodes.Synced()
+		}
+		return nil
 	}
 
 	rpcMetrics := externalgrpc.NewRPCMetrics(reg)
@@ -128,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { errc <- gs.Serve(lis) }()
 	var hsrv *http.Server
 	if httpLis != nil {
-		hsrv = &http.Server{Handler: httpMux(reg, core), ReadHeaderTimeout: 5 * time.Second}
+		hsrv = &http.Server{Handler: httpMux(reg, ready), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := hsrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -254,14 +294,16 @@ func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg p
 	return builtCore{core: core, groups: groups, nodes: nodes, kube: built.kube}, nil
 }
 
-func httpMux(reg *prometheus.Registry, core *autoscaling.Core) *http.ServeMux {
+// httpMux serves /metrics, /healthz, and /readyz, which is 503 with ready's
+// error until every provider has been listed and the Node watch has synced.
+func httpMux(reg *prometheus.Registry, ready func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		// Ready once every provider has been listed: before that Refresh
-		// answers Unavailable.
-		if err := core.Ready(); err != nil {
+		// Before every provider is listed Refresh answers Unavailable; before
+		// the Node watch syncs no instance can be seen running.
+		if err := ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -588,6 +630,17 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 		out = append(out, spec)
 	}
 	return out, nil
+}
+
+// providerNames are the providers the groups use, in first-use order.
+func providerNames(groups []autoscaling.GroupSpec) []string {
+	var out []string
+	for _, g := range groups {
+		if !slices.Contains(out, g.Provider) {
+			out = append(out, g.Provider)
+		}
+	}
+	return out
 }
 
 // storeCatalog is the image catalog the core resolves channels against:
