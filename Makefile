@@ -20,7 +20,7 @@ build: ## build bin/prebake
 
 vet: ## go vet
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/
+	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/
 	$(GO) vet -tags system ./bootstrap/... ./imagecatalog/
 
 unit: ## fast loop: go test -race on every package (no e2e)
@@ -30,7 +30,7 @@ unit: ## fast loop: go test -race on every package (no e2e)
 # process, which Go's test cache can't see, so a cached pass could hide a
 # broken plugin.
 e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached): scale-up scenarios, mesh, deploy/ server-side dry-runs, join tokens, the catalog ConfigMap store
-	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/
 
 # System tests (build tag system) need root, debootstrap and the network to a Debian mirror;
 # they skip with one line when a prerequisite is missing, and fail under CI=true. The
@@ -41,8 +41,18 @@ system: ## system tests: bootstrap's install phase in a real Debian rootfs (chro
 
 test: check-generate vet unit system ciliumcompat e2e ## what CI runs: generated code check, vet, unit, system, the Cilium cross-check, e2e
 
+# progress runs $(1) and says every 15 s that it still runs: a first build
+# downloads modules and compiles for minutes, and must not look hung.
+define progress
+( $(1) ) & pid=$$!; s=0; \
+while kill -0 $$pid 2>/dev/null; do sleep 1; s=$$((s+1)); \
+  if [ $$((s % 15)) -eq 0 ]; then echo "  ... still $(2) ($${s}s)"; fi; done; wait $$pid
+endef
+
 demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
-	$(GO) run ./e2e/demo
+	@echo "make demo: compiling the demo driver and prebake (the first run downloads Go modules and takes minutes on 2 cores)"
+	@$(call progress,$(GO) build -o bin/prebake-demo ./e2e/demo,compiling the demo driver)
+	bin/prebake-demo
 
 bench: ## benchmark table: 100 groups, 5000 instances
 	$(GO) run ./bench

@@ -116,7 +116,8 @@ func (s BuildSpec) channel() string {
 type BuildOptions struct {
 	// Poll is how often the builder is read while it works; default 10s.
 	Poll time.Duration
-	// Timeout bounds the wait for the builder's report; default 30m.
+	// Timeout bounds the wait for the builder's report, measured on Now;
+	// default 30m.
 	Timeout time.Duration
 	// Force builds even when an image of the same inputs exists (refresh
 	// uses it when that image is older than its max age).
@@ -125,7 +126,7 @@ type BuildOptions struct {
 	DryRun bool
 	// Progress receives one line per step and per poll; nil discards.
 	Progress io.Writer
-	// Now defaults to time.Now; it names the image.
+	// Now defaults to time.Now; it names the image and measures Timeout.
 	Now func() time.Time
 }
 
@@ -306,12 +307,24 @@ func publishAndPoint(ctx context.Context, api ImageAPI, store Store, im Image, c
 }
 
 func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptions, tick func(BuilderState, time.Duration)) (Report, error) {
+	began := opts.Now()
+	deadline := began.Add(opts.Timeout)
+	// The deadline is kept on opts.Now, so a test's clock decides it; the
+	// context's timeout only bounds a call that hangs (with the real clock
+	// they are the same instant).
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	began := time.Now()
 	t := time.NewTicker(opts.Poll)
 	defer t.Stop()
 	var lastErr error
+	timedOut := func() error {
+		err := fmt.Errorf("builder %s gave no report within %s: check its console log; raise --timeout if the install is slow", id, opts.Timeout)
+		if lastErr != nil {
+			err = fmt.Errorf("%w (last read error: %w)", err, lastErr)
+		}
+		return err
+	}
+	since := func() time.Duration { return opts.Now().Sub(began) }
 	for {
 		// A failed read is retried until the timeout: one 503 must not
 		// throw away a half-hour build. A builder that is gone is final.
@@ -321,7 +334,7 @@ func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptio
 		}
 		if err != nil && ctx.Err() == nil {
 			lastErr = err
-			tick(BuilderState{Status: "unreadable (" + err.Error() + ")"}, time.Since(began))
+			tick(BuilderState{Status: "unreadable (" + err.Error() + ")"}, since())
 		}
 		if err == nil {
 			data, ok, rerr := api.BuilderReport(ctx, st)
@@ -330,7 +343,7 @@ func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptio
 				return Report{}, rerr // the provider's error names the builder
 			case rerr != nil && ctx.Err() == nil:
 				lastErr = rerr
-				tick(BuilderState{Status: st.Status + ", report unreadable (" + rerr.Error() + ")"}, time.Since(began))
+				tick(BuilderState{Status: st.Status + ", report unreadable (" + rerr.Error() + ")"}, since())
 			case rerr == nil && ok:
 				r, err := DecodeReport(data)
 				if err != nil {
@@ -338,17 +351,16 @@ func waitForReport(ctx context.Context, api BuildAPI, id string, opts BuildOptio
 				}
 				return r, nil
 			case rerr == nil:
-				tick(st, time.Since(began))
+				tick(st, since())
 			}
+		}
+		if !opts.Now().Before(deadline) {
+			return Report{}, timedOut()
 		}
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				err := fmt.Errorf("builder %s gave no report within %s: check its console log; raise --timeout if the install is slow", id, opts.Timeout)
-				if lastErr != nil {
-					err = fmt.Errorf("%w (last read error: %w)", err, lastErr)
-				}
-				return Report{}, err
+				return Report{}, timedOut()
 			}
 			return Report{}, ctx.Err()
 		case <-t.C:

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"maps"
 	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,9 +294,13 @@ func TestBuildTimesOutWithoutReport(t *testing.T) {
 	store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
 	var progress bytes.Buffer
 	opts := fastBuild(cloud.clock, &progress)
-	opts.Timeout = 50 * time.Millisecond
+	opts.Timeout = 10 * time.Minute
+	// The timeout is measured on the fakes' clock: it passes once the build
+	// said it waits for the report, never before (the wall clock plays no
+	// part, so a loaded machine can't reorder the two).
+	opts.Progress = onLine(&progress, "waiting for its report", func() { cloud.clock.Advance(opts.Timeout) })
 	_, err := imagecatalog.Build(context.Background(), api, store, buildSpec(exactVersions()), opts)
-	if err == nil || !strings.Contains(err.Error(), "gave no report within 50ms") {
+	if err == nil || !strings.Contains(err.Error(), "gave no report within 10m0s") {
 		t.Fatalf("build of a silent builder: %v, want a timeout saying so", err)
 	}
 	if !strings.Contains(progress.String(), "waiting for its report") {
@@ -304,6 +310,23 @@ func TestBuildTimesOutWithoutReport(t *testing.T) {
 		t.Errorf("%d servers left after a timed-out build", live)
 	}
 }
+
+// onLine is a progress writer into buf that calls fn once, the first time a
+// line containing s is written.
+func onLine(buf *bytes.Buffer, s string, fn func()) io.Writer {
+	var once sync.Once
+	return writerFunc(func(p []byte) (int, error) {
+		n, err := buf.Write(p)
+		if bytes.Contains(p, []byte(s)) {
+			once.Do(fn)
+		}
+		return n, err
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestBuildDryRunBootsNothing(t *testing.T) {
 	t.Parallel()

@@ -164,7 +164,7 @@ func (p *Provider) bootstrap(ctx context.Context, claim *coordinationv1.Lease, r
 		if rerr := p.deleteClaim(rctx, claim); rerr != nil {
 			err = errors.Join(err, rerr)
 		} else {
-			log.Warn("bootstrap failed; machine released", "err", err)
+			log.Warn("bootstrap failed; machine released", append([]any{"err", err}, logStderr(err)...)...)
 		}
 		return providers.Instance{}, fmt.Errorf("static: create machine %q on %q: bootstrap: %w", req.Name, m.Host, err)
 	}

@@ -1,7 +1,9 @@
 package static
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -155,11 +157,18 @@ func TestCreateBootstrapFailureReleases(t *testing.T) {
 	t.Parallel()
 	cs := fake.NewClientset()
 	sh := newFakeShell()
-	sh.failHost("host-0", &CommandError{Host: "host-0", Status: 2, Stderr: "E: Could not get lock"})
-	p := newTestProvider(t, cs, sh, pool(1), nil)
+	const token = "abcdef.0123456789abcdef"
+	sh.failHost("host-0", &CommandError{Host: "host-0", Status: 2, Stderr: "kubeadm join --token " + token + ": E: Could not get lock"})
+	var logs bytes.Buffer
+	p := newTestProvider(t, cs, sh, pool(1), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	_, err := p.Create(t.Context(), request("metal-1", "metal"))
-	if err == nil || !strings.Contains(err.Error(), "status 2") || !strings.Contains(err.Error(), "Could not get lock") {
-		t.Fatalf("Create: %v, want the exit status and stderr tail", err)
+	// The error reaches CA's Events: the exit status, no stderr.
+	if err == nil || !strings.Contains(err.Error(), "status 2") || strings.Contains(err.Error(), "Could not get lock") {
+		t.Fatalf("Create: %v, want the exit status and no stderr", err)
+	}
+	// prebake's log has the tail, with the token redacted.
+	if !strings.Contains(logs.String(), "Could not get lock") || strings.Contains(logs.String(), token) {
+		t.Errorf("log: %s\nwant the stderr tail without the token", logs.String())
 	}
 	if c := p.Classify(err); c.Code != "command_failed" || c.Retryable {
 		t.Errorf("Classify = %+v", c)
@@ -339,5 +348,20 @@ func TestImagesAndMachineType(t *testing.T) {
 	}
 	if _, known := p.ProviderID(request("m", "g")); known {
 		t.Error("ProviderID known before a machine is claimed")
+	}
+}
+
+func TestRedactedStderr(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"E: Could not get lock /var/lib/dpkg/lock", "E: Could not get lock /var/lib/dpkg/lock"},
+		{"+ kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:00ff",
+			"+ kubeadm join 10.0.0.1:6443 --token <redacted> --discovery-token-ca-cert-hash sha256:00ff"},
+		{`TOKEN="s3cr3t" password: hunter2, api_key=xyz`, `TOKEN="<redacted>" password: <redacted>, api_key=<redacted>`},
+	} {
+		got := (&CommandError{Stderr: tc.in}).RedactedStderr()
+		if got != tc.want {
+			t.Errorf("RedactedStderr(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -52,6 +52,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	m, inPool := p.byHost[host]
 	if inPool {
 		if err := p.shell.Run(ctx, m, []byte(p.reset+"\n")); err != nil {
+			log.Warn("reset failed", append([]any{"err", err}, logStderr(err)...)...)
 			return fmt.Errorf("static: delete %s: reset: %w; the machine stays claimed (releasing) until a Delete succeeds", providerID, err)
 		}
 	} else {

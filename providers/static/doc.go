@@ -23,8 +23,8 @@
 //     second machine. A restarted plugin rebuilds everything from the claims.
 //   - Host keys are always checked against the known_hosts file; there is
 //     no way to turn that off.
-//   - UserData and command output are never logged: they can hold join
-//     secrets. Errors carry at most a short tail of a failed command's
-//     stderr.
+//   - UserData and command output are never logged whole: they can hold
+//     join secrets. Errors (which CA shows in Events) carry no command
+//     output; the log carries a failed command's stderr tail, redacted.
 //   - A Lease that another cluster holds is never changed or deleted.
 package static

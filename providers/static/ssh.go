@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,15 +132,43 @@ type CommandError struct {
 	Stderr string
 }
 
+// Error leaves the stderr out: the message reaches CA, whose Events and
+// status ConfigMap any user of the cluster may read, and a node script's
+// output can hold its join token. prebake logs the tail, redacted
+// (RedactedStderr).
 func (e *CommandError) Error() string {
 	msg := fmt.Sprintf("machine %q: script exited with status %d", e.Host, e.Status)
 	if e.Status < 0 {
 		msg = fmt.Sprintf("machine %q: script ended without an exit status (killed by a signal or the connection dropped)", e.Host)
 	}
 	if e.Stderr != "" {
-		msg += "; stderr ends: " + strconv.Quote(e.Stderr)
+		msg += " (the end of its stderr is in prebake's log)"
 	}
 	return msg
+}
+
+// RedactedStderr is the stderr tail with anything that looks like a secret
+// replaced: kubeadm bootstrap tokens, and the value after a word such as
+// token, password, secret or key.
+func (e *CommandError) RedactedStderr() string {
+	s := bootstrapTokenRE.ReplaceAllString(e.Stderr, "<redacted>")
+	return secretValueRE.ReplaceAllString(s, "${1}<redacted>")
+}
+
+var (
+	// bootstrapTokenRE is a kubeadm bootstrap token, [a-z0-9]{6}.[a-z0-9]{16}.
+	bootstrapTokenRE = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
+	// secretValueRE is a secret-sounding word, a separator, and the value.
+	secretValueRE = regexp.MustCompile(`(?i)((?:token|password|passwd|secret|key)s?["']?(?:\s*[:=]\s*|\s+)["']?)[^\s"',;]+`)
+)
+
+// logStderr adds a failed command's redacted stderr tail to a log line.
+func logStderr(err error) []any {
+	var ce *CommandError
+	if errors.As(err, &ce) && ce.Stderr != "" {
+		return []any{"stderr", ce.RedactedStderr()}
+	}
+	return nil
 }
 
 // Run implements Shell: it connects to m, checks its host key, and runs
