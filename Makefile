@@ -21,7 +21,7 @@ build: ## build bin/prebake
 vet: ## go vet
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/
-	$(GO) vet -tags system ./bootstrap/... ./imagecatalog/
+	$(GO) vet -tags system ./bootstrap/... ./imagecatalog/ ./internal/kubetest/...
 
 unit: ## fast loop: go test -race on every package (no e2e)
 	$(GO) test -race -timeout $(UNIT_TIMEOUT) ./...
@@ -36,8 +36,8 @@ e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached):
 # they skip with one line when a prerequisite is missing, and fail under CI=true. The
 # debootstrapped rootfs and kubelet/kubeadm are cached under ~/.cache/prebake.
 SYSTEM_TIMEOUT ?= 40m
-system: ## system tests: bootstrap's install phase in a real Debian rootfs (chroot), dpkg-lock bound; image builds whose builder runs in that rootfs
-	$(GO) test -race -tags system -count=1 -p 1 -timeout $(SYSTEM_TIMEOUT) -v -run 'TestInstall|TestDpkgLock|TestBuildObservesTheSandbox|TestBuildRejects' ./bootstrap/... ./imagecatalog/
+system: ## system tests: bootstrap's install phase in a real Debian rootfs (chroot), dpkg-lock bound; image builds whose builder runs in that rootfs; the test registry with containerd
+	$(GO) test -race -tags system -count=1 -p 1 -timeout $(SYSTEM_TIMEOUT) -v -run 'TestInstall|TestDpkgLock|TestBuildObservesTheSandbox|TestBuildRejects|TestRegistry|TestContainerd' ./bootstrap/... ./imagecatalog/ ./internal/kubetest/registry/
 
 test: check-generate vet unit system ciliumcompat e2e ## what CI runs: generated code check, vet, unit, system, the Cilium cross-check, e2e
 
