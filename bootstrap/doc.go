@@ -7,6 +7,11 @@
 //   - Render(Input) (UserData, error): UserData.CloudConfig is "#cloud-config" whose
 //     write_files puts the node script at ScriptPath (0700) and whose runcmd runs it;
 //     UserData.Script is the same script standalone, for `sh -s` over SSH.
+//   - Input.Network {Mode: cilium-wireguard, NodeAddress: public}: the script runs phase
+//     address (netcheck.sh) before join: the provider's public IPv4 (Hetzner metadata, GCE
+//     metadata, PREBAKE_PUBLIC_IPV4 or the default route on static) must be on an interface
+//     and globally routable; then KUBELET_EXTRA_ARGS=--node-ip=<it> goes to the kubelet's
+//     env file. A failed check fails the run before join, its reason in the status file.
 //   - Tokens{Client}.Create makes one join token per node (Secret kube-system/bootstrap-token-<id>,
 //     TTL ≤ MaxTokenTTL, labelled ManagedByLabel=prebake); Tokens.CleanupExpired deletes the
 //     expired ones it made and no others; Tokens.Delete revokes one after its node joined.

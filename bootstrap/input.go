@@ -43,6 +43,8 @@ type Input struct {
 	// DefaultModules.
 	Sysctls map[string]string
 	Modules []string
+	// Network is the node's network mode (docs/networking.md); the zero value is none.
+	Network Network
 	Options Options
 }
 
@@ -195,6 +197,7 @@ func (in Input) validate() (Input, error) {
 			bad("taints[%d]: effect %q: want one of %s", i, t.Effect, strings.Join(taintEffects, ", "))
 		}
 	}
+	in.Network.validate(bad)
 	in = in.validateInstall(bad)
 	if len(errs) > 0 {
 		return in, fmt.Errorf("bootstrap input: %w", errors.Join(errs...))

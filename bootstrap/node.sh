@@ -380,6 +380,7 @@ prebake_main() {
 	run_phase plan phase_plan
 	run_phase install phase_install
 	run_phase configure phase_configure
+	if [ -n "$PREBAKE_NODE_ADDRESS" ]; then run_phase address phase_address; fi
 	run_phase kubelet phase_kubelet
 	run_phase join phase_join
 	PHASE=done

@@ -74,6 +74,7 @@ func renderScript(in Input) ([]byte, error) {
 		in.Provider, in.NodeName)
 	var b strings.Builder
 	writePrelude(&b, header, in, configure, kubelet)
+	writeNetcheck(&b, in, KubeletEnvDebian)
 	b.WriteString(nodeScript)
 	return []byte(b.String()), nil
 }

@@ -1,0 +1,184 @@
+package bootstrap
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var publicNetwork = Network{Mode: NetworkCiliumWireGuard, NodeAddress: NodeAddressPublic}
+
+// addressStubs answer the address check: curl prints what the metadata service would (and
+// records the URL it was asked), ip lists the interfaces' addresses and the default route.
+func addressStubs(t testing.TB, metadata string, ifaddrs ...string) (path, urls string) {
+	t.Helper()
+	urls = filepath.Join(t.TempDir(), "urls")
+	var addrLines strings.Builder
+	for i, a := range ifaddrs {
+		addrLines.WriteString("2: eth" + string(rune('0'+i)) + "    inet " + a + "/32 scope global eth0\n")
+	}
+	curl := `for a in "$@"; do case "$a" in http*) echo "$a" >>` + shQuote(urls) + ` ;; esac; done
+`
+	if metadata == "" {
+		curl += "exit 22\n"
+	} else {
+		curl += "echo " + shQuote(metadata) + "\n"
+	}
+	ip := `case "$*" in
+*"route show default"*) echo "default via 172.31.1.1 dev eth0" ;;
+*"addr show"*) printf '` + addrLines.String() + `' ;;
+esac
+`
+	return stubs(t, map[string]string{"curl": curl, "ip": ip}), urls
+}
+
+// stubs writes executables into a directory put first on PATH: what the join script asks
+// the system (kubeadm, kubelet, curl, ip) answers from the test, and nothing leaves the host.
+func stubs(t testing.TB, scripts map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir + ":" + os.Getenv("PATH")
+}
+
+// TestAddressCheck runs the address check both renderers carry: the advertised address is
+// the public one or the run fails with the reason, before join.
+func TestAddressCheck(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, provider, metadata string
+		ifaddrs                  []string
+		env                      []string
+		wantIP, wantURL, wantErr string
+	}{
+		{name: "hcloud public", provider: "hcloud", metadata: "5.75.1.2", ifaddrs: []string{"5.75.1.2"},
+			wantIP: "5.75.1.2", wantURL: "http://169.254.169.254/hetzner/v1/metadata/public-ipv4"},
+		{name: "gce external ip is a 1:1 NAT", provider: "gce", metadata: "34.1.2.3", ifaddrs: []string{"10.128.0.2"},
+			wantURL: "http://169.254.169.254/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip",
+			wantErr: "on none of this machine's interfaces"},
+		{name: "hcloud without public ipv4", provider: "hcloud", ifaddrs: []string{"10.0.0.3"}, wantErr: "gave none"},
+		{name: "static behind NAT", provider: "static", ifaddrs: []string{"192.168.1.20"}, wantErr: "is private (RFC 1918)"},
+		{name: "static carrier-grade NAT", provider: "static", env: []string{"PREBAKE_PUBLIC_IPV4=100.64.3.4"},
+			ifaddrs: []string{"100.64.3.4"}, wantErr: "shared (carrier-grade NAT"},
+		{name: "static given by the operator", provider: "static", env: []string{"PREBAKE_PUBLIC_IPV4=88.99.1.2"},
+			ifaddrs: []string{"10.1.1.1", "88.99.1.2"}, wantIP: "88.99.1.2"},
+		{name: "static default route", provider: "static", ifaddrs: []string{"88.99.1.3"}, wantIP: "88.99.1.3"},
+		{name: "metadata says garbage", provider: "hcloud", metadata: "<html>oops</html>", ifaddrs: []string{"5.75.1.2"}, wantErr: "is invalid"},
+	}
+	for _, tt := range tests {
+		for _, renderer := range []string{"cloud-init"} {
+			t.Run(renderer+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				path, urls := addressStubs(t, tt.metadata, tt.ifaddrs...)
+				envFile := filepath.Join(t.TempDir(), "kubelet")
+				in := validInput(tt.provider)
+				in.Network = publicNetwork
+				detail, err := runAddressPhase(t, in, envFile, path, tt.env...)
+				if tt.wantErr != "" {
+					if err == nil {
+						t.Fatalf("check passed; want it to fail with %q", tt.wantErr)
+					}
+					msg := err.Error()
+					if !strings.Contains(msg, tt.wantErr) {
+						t.Errorf("error %q lacks %q", msg, tt.wantErr)
+					}
+					if _, statErr := os.Stat(envFile); statErr == nil {
+						t.Errorf("the kubelet's env file was written although the check failed")
+					}
+				} else {
+					if err != nil {
+						t.Fatalf("check failed: %v", err)
+					}
+					data, err := os.ReadFile(envFile)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, want := string(data), "KUBELET_EXTRA_ARGS=--node-ip="+tt.wantIP+"\n"; got != want {
+						t.Errorf("kubelet env file = %q, want %q", got, want)
+					}
+					if !strings.Contains(detail, "node-ip "+tt.wantIP) {
+						t.Errorf("phase detail %q does not name the address", detail)
+					}
+				}
+				if tt.wantURL != "" {
+					got, _ := os.ReadFile(urls)
+					if strings.TrimSpace(string(got)) != tt.wantURL {
+						t.Errorf("asked the metadata service %q, want %q", got, tt.wantURL)
+					}
+				}
+			})
+		}
+	}
+}
+
+// runAddressPhase runs the cloud-init script's prelude (its values and the address check)
+// with fail reporting through the exit status, and the kubelet env file moved to envFile.
+func runAddressPhase(t *testing.T, in Input, envFile, path string, env ...string) (string, error) {
+	t.Helper()
+	ud, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prelude, ok := strings.CutSuffix(string(ud.Script), nodeScript)
+	if !ok {
+		t.Fatal("script does not end with node.sh")
+	}
+	prelude = movedEnvFile(t, prelude, KubeletEnvDebian, envFile)
+	prog := prelude + `
+P_DETAIL=""
+fail() { echo "$*" >&2; exit 1; }
+phase_address
+printf '%s' "$P_DETAIL"
+`
+	cmd := exec.Command("sh", "-c", prog)
+	cmd.Env = append([]string{"PATH=" + path}, env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", &scriptError{stderr.String()}
+	}
+	return string(out), nil
+}
+
+type scriptError struct{ msg string }
+
+func (e *scriptError) Error() string { return e.msg }
+
+// movedEnvFile points the rendered script's kubelet env file at a test file. The rendered
+// line must be there first: it is what the kubelet's unit reads.
+func movedEnvFile(t *testing.T, script, rendered, moved string) string {
+	t.Helper()
+	line := "PREBAKE_KUBELET_ENV=" + shQuote(rendered) + "\n"
+	if !strings.Contains(script, line) {
+		t.Fatalf("the script does not set %s", strings.TrimSpace(line))
+	}
+	return strings.Replace(script, line, "PREBAKE_KUBELET_ENV="+shQuote(moved)+"\n", 1)
+}
+
+// TestNetworkModeRendersTheCheck: without a network mode the script neither checks nor sets
+// the node address; with it, it does, and points the kubelet at Debian's env file.
+func TestNetworkModeRendersTheCheck(t *testing.T) {
+	t.Parallel()
+	for _, network := range []Network{{}, publicNetwork} {
+		in := validInput("hcloud")
+		in.Network = network
+		ud, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := shQuote(network.nodeAddressCheck())
+		if got := "PREBAKE_NODE_ADDRESS=" + want + "\n"; !strings.Contains(string(ud.Script), got) {
+			t.Errorf("cloud-init script lacks %q", got)
+		}
+		if !strings.Contains(string(ud.Script), "PREBAKE_KUBELET_ENV='"+KubeletEnvDebian+"'") {
+			t.Errorf("cloud-init script does not write %s", KubeletEnvDebian)
+		}
+	}
+}
