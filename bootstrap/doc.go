@@ -7,7 +7,15 @@
 //   - Render(Input) (UserData, error): UserData.CloudConfig is "#cloud-config" whose
 //     write_files puts the node script at ScriptPath (0700) and whose runcmd runs it;
 //     UserData.Script is the same script standalone, for `sh -s` over SSH.
-//   - Input.Network {Mode: cilium-wireguard, NodeAddress: public}: the script runs phase
+//   - RenderIgnition(IgnitionInput) (IgnitionConfig, error): the same Input for a Flatcar or
+//     Fedora CoreOS node, as an Ignition config (spec 3.4.0, coreos/ignition/v2's types,
+//     checked with its validation before it is returned). kubelet and kubeadm come from the
+//     Kubernetes sysext (sysext-bakery's format): baked into the image (Prebaked), or
+//     downloaded by Ignition with its sha256 checked (verification.hash) and linked into
+//     /etc/extensions. The prebake-join unit runs join.sh (ignition.sh after a generated
+//     prelude): it checks the merged sysext's version, the node address (below), joins and
+//     writes the same status file as the cloud-init script. Static machines can't take it.
+//   - Input.Network {Mode: cilium-wireguard, NodeAddress: public}: both scripts run phase
 //     address (netcheck.sh) before join: the provider's public IPv4 (Hetzner metadata, GCE
 //     metadata, PREBAKE_PUBLIC_IPV4 or the default route on static) must be on an interface
 //     and globally routable; then KUBELET_EXTRA_ARGS=--node-ip=<it> goes to the kubelet's

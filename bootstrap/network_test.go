@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	ign "github.com/coreos/ignition/v2/config/v3_4"
+	igntypes "github.com/coreos/ignition/v2/config/v3_4/types"
 )
 
 var publicNetwork = Network{Mode: NetworkCiliumWireGuard, NodeAddress: NodeAddressPublic}
@@ -31,7 +34,9 @@ func addressStubs(t testing.TB, metadata string, ifaddrs ...string) (path, urls 
 *"addr show"*) printf '` + addrLines.String() + `' ;;
 esac
 `
-	return stubs(t, map[string]string{"curl": curl, "ip": ip}), urls
+	scripts := versionStubs("v1.35.4", "v1.35.4")
+	scripts["curl"], scripts["ip"] = curl, ip
+	return stubs(t, scripts), urls
 }
 
 // stubs writes executables into a directory put first on PATH: what the join script asks
@@ -72,19 +77,42 @@ func TestAddressCheck(t *testing.T) {
 		{name: "metadata says garbage", provider: "hcloud", metadata: "<html>oops</html>", ifaddrs: []string{"5.75.1.2"}, wantErr: "is invalid"},
 	}
 	for _, tt := range tests {
-		for _, renderer := range []string{"cloud-init"} {
+		for _, renderer := range []string{"cloud-init", "ignition"} {
 			t.Run(renderer+"/"+tt.name, func(t *testing.T) {
 				t.Parallel()
 				path, urls := addressStubs(t, tt.metadata, tt.ifaddrs...)
 				envFile := filepath.Join(t.TempDir(), "kubelet")
 				in := validInput(tt.provider)
 				in.Network = publicNetwork
-				detail, err := runAddressPhase(t, in, envFile, path, tt.env...)
+				var st Status
+				var detail string
+				var err error
+				if renderer == "ignition" {
+					ii := validIgnition(Flatcar, "hcloud")
+					ii.Input.Provider, ii.Network = tt.provider, publicNetwork
+					if tt.provider == "static" {
+						// Ignition does not serve static machines; the check is the same.
+						ii.Input.Provider = "other"
+					}
+					st, err = runJoinScriptWithEnvFile(t, ii, envFile, path, tt.env...)
+					detail = phaseDetail(st, "address")
+				} else {
+					detail, err = runAddressPhase(t, in, envFile, path, tt.env...)
+				}
 				if tt.wantErr != "" {
 					if err == nil {
 						t.Fatalf("check passed; want it to fail with %q", tt.wantErr)
 					}
 					msg := err.Error()
+					if renderer == "ignition" {
+						msg = st.Error
+						if st.Result != "failed" || !strings.HasPrefix(st.Error, "address: ") {
+							t.Errorf("status %+v does not report the address phase's failure", st)
+						}
+						if _, joined := st.Phase("join"); joined {
+							t.Errorf("the script went on to join")
+						}
+					}
 					if !strings.Contains(msg, tt.wantErr) {
 						t.Errorf("error %q lacks %q", msg, tt.wantErr)
 					}
@@ -93,7 +121,7 @@ func TestAddressCheck(t *testing.T) {
 					}
 				} else {
 					if err != nil {
-						t.Fatalf("check failed: %v", err)
+						t.Fatalf("check failed: %v (%s)", err, st.Error)
 					}
 					data, err := os.ReadFile(envFile)
 					if err != nil {
@@ -115,6 +143,11 @@ func TestAddressCheck(t *testing.T) {
 			})
 		}
 	}
+}
+
+func phaseDetail(st Status, name string) string {
+	p, _ := st.Phase(name)
+	return p.Detail
 }
 
 // runAddressPhase runs the cloud-init script's prelude (its values and the address check)
@@ -162,8 +195,32 @@ func movedEnvFile(t *testing.T, script, rendered, moved string) string {
 	return strings.Replace(script, line, "PREBAKE_KUBELET_ENV="+shQuote(moved)+"\n", 1)
 }
 
-// TestNetworkModeRendersTheCheck: without a network mode the script neither checks nor sets
-// the node address; with it, it does, and points the kubelet at Debian's env file.
+func runJoinScriptWithEnvFile(t *testing.T, in IgnitionInput, envFile, path string, env ...string) (Status, error) {
+	t.Helper()
+	dir := t.TempDir()
+	in.Options.StatusPath = filepath.Join(dir, "status.json")
+	in.Options.SkipJoin = true
+	valid, err := in.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := movedEnvFile(t, renderIgnitionJoinScript(valid), KubeletEnvSysext, envFile)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = append([]string{"PATH=" + path}, env...)
+	out, runErr := cmd.CombinedOutput()
+	data, err := os.ReadFile(in.Options.StatusPath)
+	if err != nil {
+		t.Fatalf("no status file (%v); output:\n%s", err, out)
+	}
+	st, err := ParseStatus(data)
+	if err != nil {
+		t.Fatalf("status file: %v\n%s", err, data)
+	}
+	return st, runErr
+}
+
+// TestNetworkModeRendersTheCheck: without a network mode neither script checks or sets the
+// node address; with it both do, and point the kubelet at their OS's env file.
 func TestNetworkModeRendersTheCheck(t *testing.T) {
 	t.Parallel()
 	for _, network := range []Network{{}, publicNetwork} {
@@ -180,5 +237,41 @@ func TestNetworkModeRendersTheCheck(t *testing.T) {
 		if !strings.Contains(string(ud.Script), "PREBAKE_KUBELET_ENV='"+KubeletEnvDebian+"'") {
 			t.Errorf("cloud-init script does not write %s", KubeletEnvDebian)
 		}
+		ii := validIgnition(FCOS, "hcloud")
+		ii.Network = network
+		valid, err := ii.validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := renderIgnitionJoinScript(valid)
+		if !strings.Contains(script, "PREBAKE_NODE_ADDRESS="+want+"\n") || !strings.Contains(script, "PREBAKE_KUBELET_ENV='"+KubeletEnvSysext+"'") {
+			t.Errorf("join script lacks the address check's values for %+v", network)
+		}
+	}
+	// Without a mode the phase is not run at all, so existing status files keep their phases.
+	in := validIgnition(Flatcar, "hcloud")
+	st, err := runJoinScript(t, in, stubs(t, versionStubs("v1.35.4", "v1.35.4")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Phase("address"); ok {
+		t.Errorf("an address phase ran without a network mode")
+	}
+}
+
+// TestIgnitionLibraryChecksHashLengthOnly pins why RenderIgnition checks the sysext's sha256
+// itself: Ignition's validation takes 64 characters that are not hex.
+func TestIgnitionLibraryChecksHashLengthOnly(t *testing.T) {
+	t.Parallel()
+	cfg := igntypes.Config{Ignition: igntypes.Ignition{Version: IgnitionSpecVersion}}
+	cfg.Storage.Files = []igntypes.File{{Node: igntypes.Node{Path: "/opt/x.raw"}, FileEmbedded1: igntypes.FileEmbedded1{
+		Contents: igntypes.Resource{Source: ptr("https://example.invalid/x.raw"),
+			Verification: igntypes.Verification{Hash: ptr("sha256-" + strings.Repeat("z", 64))}}}}}
+	data, err := validateIgnition(cfg, "")
+	if err != nil {
+		t.Skipf("the library now rejects a non-hex hash itself (%v); RenderIgnition's check is then belt and braces", err)
+	}
+	if _, _, err := ign.Parse(data); err != nil {
+		t.Fatal(err)
 	}
 }
