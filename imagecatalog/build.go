@@ -95,8 +95,11 @@ func (s BuildSpec) Key() Key {
 	return Key{OS: n.OSRelease(), K8sMinor: s.K8s.MinorString(), Arch: s.Arch, Provider: s.Provider, Location: s.Location}
 }
 
-// Manifest is the requested manifest.
-func (s BuildSpec) Manifest() Manifest { return DefaultManifest(s.Components) }
+// Family is the OS family of the spec's images.
+func (s BuildSpec) Family() Family { return Family(s.OS) }
+
+// Manifest is the requested manifest (ManifestFor the spec's family).
+func (s BuildSpec) Manifest() Manifest { return ManifestFor(s.Family(), s.Components) }
 
 // Inputs are what the spec's image depends on. The user-data counts through
 // its hash, so a new install script means a new image.
@@ -165,7 +168,7 @@ func Build(ctx context.Context, api BuildAPI, store Store, spec BuildSpec, opts 
 	opts.defaults()
 	progress := func(format string, args ...any) { fmt.Fprintf(opts.Progress, format+"\n", args...) }
 	want := spec.Manifest()
-	if err := want.Validate(); err != nil {
+	if err := want.ValidateFor(spec.Family()); err != nil {
 		return BuildResult{}, fmt.Errorf("build %s: requested %w", spec.Key(), err)
 	}
 	key := spec.Key()
@@ -217,7 +220,7 @@ func Build(ctx context.Context, api BuildAPI, store Store, spec BuildSpec, opts 
 	if err != nil {
 		return BuildResult{}, fmt.Errorf("%s: %w", where, err)
 	}
-	if err := Verify(want, report); err != nil {
+	if err := VerifyFor(spec.Family(), want, report); err != nil {
 		return BuildResult{}, fmt.Errorf("%s: builder %s: %w; nothing was published", where, b.ID, err)
 	}
 	progress("%s: verified: %d components at the requested versions, hygiene passed", where, len(want.Components))

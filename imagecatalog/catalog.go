@@ -230,7 +230,8 @@ func (c Catalog) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: inputs hash %q is not %d lower-case hex digits (see InputsHash)", where, im.InputsHash, InputsHashLen))
 		}
 		ids[im.ID] = true
-		if _, err := ParseName(im.Name); err != nil {
+		n, err := ParseName(im.Name)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 		}
 		nk := im.Provider + "/" + im.Location + "/" + im.Name
@@ -238,7 +239,7 @@ func (c Catalog) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %w: name %s is also image %q; names are immutable and never reused", where, ErrExists, im.Name, other))
 		}
 		names[nk] = im.ID
-		if err := im.Manifest.Validate(); err != nil {
+		if err := im.Manifest.ValidateFor(Family(n.OS)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 		}
 	}

@@ -161,15 +161,18 @@ func ImageForPublish(ci CloudImage, req PublishRequest) (Image, error) {
 		im.Verified = req.Verified
 	}
 	var errs []error
+	var family Family
 	if im.Name == "" {
 		errs = append(errs, fmt.Errorf("no name: give --name or label the image %s", LabelName))
-	} else if _, err := ParseName(im.Name); err != nil {
+	} else if n, err := ParseName(im.Name); err != nil {
 		errs = append(errs, err)
+	} else {
+		family = Family(n.OS)
 	}
 	if im.InputsHash == "" {
 		errs = append(errs, fmt.Errorf("no inputs hash: give --inputs-hash or label the image %s", LabelInputsHash))
 	}
-	if err := im.Manifest.Validate(); err != nil {
+	if err := im.Manifest.ValidateFor(family); err != nil {
 		errs = append(errs, fmt.Errorf("%w (give --manifest FILE or label the image %s*)", err, labelPkgPrefix))
 	}
 	if err := errors.Join(errs...); err != nil {

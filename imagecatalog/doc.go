@@ -7,6 +7,15 @@
 // that go through a provider's image API: gc, label push, sync, build with
 // verification, and refresh with a canary.
 //
+// OS families (family.go): a name's os segment is debian, ubuntu, flatcar or
+// fcos (other names still parse and count as Debian-like). The family says
+// how a node is configured (Renderer: cloud-init, or Ignition for Flatcar
+// and Fedora CoreOS; ChooseRenderer picks it for a new machine from the
+// resolved image or the group's OS) and what an image bakes
+// (RequiredComponents: the apt set, or the Kubernetes sysext).
+// CheckRenderers and QueryRenderers find a query that could resolve images
+// of both renderers.
+//
 // Invariants:
 //   - An image never changes once published; channels are pointers that move.
 //   - Resolve yields exactly one image id or an error that says why.

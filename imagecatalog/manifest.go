@@ -60,15 +60,36 @@ func DefaultManifest(versions map[string]string) Manifest {
 	return m
 }
 
+// ManifestFor is what an image of the family is asked to bake: DefaultManifest
+// on the cloud-init families; on Flatcar and Fedora CoreOS the versions given
+// (the Kubernetes sysext) with the default kernel settings. It is not
+// checked; call ValidateFor.
+func ManifestFor(f Family, versions map[string]string) Manifest {
+	if f.Renderer() == RendererCloudInit {
+		return DefaultManifest(versions)
+	}
+	return Manifest{
+		Components: maps.Clone(versions),
+		Sysctls:    maps.Clone(DefaultSysctls),
+		Modules:    slices.Clone(DefaultModules),
+	}
+}
+
 // A version is exact when it names one build: Debian versions with an epoch,
 // upstream and revision qualify; ranges, wildcards and "latest" do not.
 var exactVersion = regexp.MustCompile(`^([0-9]+:)?[0-9A-Za-z][0-9A-Za-z.+~_-]*$`)
 
-// Validate checks that every default component is present at an exact
-// version and that unattended-upgrades is disabled.
-func (m Manifest) Validate() error {
+// Validate checks a Debian or Ubuntu image's manifest: ValidateFor(FamilyDebian).
+func (m Manifest) Validate() error { return m.ValidateFor(FamilyDebian) }
+
+// ValidateFor checks that every component the family requires
+// (RequiredComponents) is present, that every version is exact, and, where
+// nodes install with apt (the cloud-init families), that unattended-upgrades
+// is disabled. Flatcar and Fedora CoreOS have no apt; their own automatic
+// updates are turned off by the node's Ignition config.
+func (m Manifest) ValidateFor(f Family) error {
 	var errs []string
-	for _, c := range DefaultComponents {
+	for _, c := range f.RequiredComponents() {
 		if _, ok := m.Components[c]; !ok {
 			errs = append(errs, fmt.Sprintf("%s is missing", c))
 		}
@@ -79,7 +100,7 @@ func (m Manifest) Validate() error {
 			errs = append(errs, fmt.Sprintf("%s version %q is not exact (want e.g. 1.34.2-1.1)", c, v))
 		}
 	}
-	if !m.UnattendedUpgradesDisabled {
+	if !m.UnattendedUpgradesDisabled && f.Renderer() == RendererCloudInit {
 		errs = append(errs, "unattended-upgrades must be disabled")
 	}
 	if len(errs) > 0 {

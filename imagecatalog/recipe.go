@@ -85,16 +85,25 @@ func LoadRecipe(path string) ([]BuildSpec, error) {
 				errs = append(errs, fmt.Errorf("%s.%s is required", where, field))
 			}
 		}
+		family, known := FamilyOf(ri.OS)
+		if !known && ri.OS != "" {
+			errs = append(errs, fmt.Errorf("%s.os %q: want an OS family the catalog knows: %s", where, ri.OS, familyNames()))
+		}
 		var missing []string
-		for _, c := range DefaultComponents {
+		for _, c := range family.RequiredComponents() {
 			if _, ok := ri.Components[c]; !ok {
 				missing = append(missing, c)
 			}
 		}
 		if len(missing) > 0 {
-			errs = append(errs, fmt.Errorf("%s.components: %s missing: every default component needs an exact version", where, strings.Join(missing, ", ")))
-		} else if err := s.Manifest().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s.components: %s missing: every component a %s image bakes needs an exact version", where, strings.Join(missing, ", "), ri.OS))
+		} else if err := s.Manifest().ValidateFor(family); err != nil {
 			errs = append(errs, fmt.Errorf("%s.components: %w", where, err))
+		}
+		if family.Renderer() == RendererIgnition && ri.UserDataFile == "" {
+			// The builder user-data prebake renders is cloud-init running apt; these
+			// families boot Ignition and have no apt.
+			errs = append(errs, fmt.Errorf("%s.userDataFile: a %s image needs its builder's Ignition config here (one that places the %s and writes the build report, docs/os-images.md); prebake renders cloud-init builders only", where, ri.OS, SysextComponent))
 		}
 		if ri.UserDataFile != "" {
 			p := ri.UserDataFile

@@ -68,8 +68,13 @@ func (e *VerifyError) Error() string {
 
 // Verify checks a report against the requested manifest: every requested
 // component at exactly its version, unattended-upgrades disabled, every
-// hygiene check passed. It returns a *VerifyError, or nil.
-func Verify(want Manifest, r Report) error {
+// hygiene check passed. It returns a *VerifyError, or nil. It checks a
+// Debian or Ubuntu image: VerifyFor(FamilyDebian, ...).
+func Verify(want Manifest, r Report) error { return VerifyFor(FamilyDebian, want, r) }
+
+// VerifyFor is Verify for an image of the family: the observed manifest must
+// carry what the family requires (Manifest.ValidateFor).
+func VerifyFor(f Family, want Manifest, r Report) error {
 	e := &VerifyError{Status: r.Status, Mismatches: Diff(want, r.Observed)}
 	for _, check := range HygieneChecks {
 		passed, reported := r.Hygiene[check]
@@ -93,7 +98,7 @@ func Verify(want Manifest, r Report) error {
 			e.Hygiene = append(e.Hygiene, fmt.Sprintf("kernel module %s is not configured to load", mod))
 		}
 	}
-	e.Manifest = r.Observed.Validate()
+	e.Manifest = r.Observed.ValidateFor(f)
 	if r.Status == "done" && len(e.Mismatches) == 0 && len(e.Hygiene) == 0 && e.Manifest == nil {
 		return nil
 	}

@@ -1,0 +1,139 @@
+package imagecatalog
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Family is an OS family. It decides how a node is configured at boot (Renderer) and what
+// an image of it must bake (RequiredComponents). A name's os segment and a key's release
+// carry it: prebake-flatcar-4230-k8s-..., flatcar-4230.
+type Family string
+
+// The families the catalog knows. Other OS names still parse (names are not restricted to
+// these), and render cloud-init, as every image did before families existed.
+const (
+	FamilyDebian  Family = "debian"
+	FamilyUbuntu  Family = "ubuntu"
+	FamilyFlatcar Family = "flatcar"
+	FamilyFCOS    Family = "fcos"
+)
+
+// Families lists the known families in the order messages name them.
+var Families = []Family{FamilyDebian, FamilyUbuntu, FamilyFlatcar, FamilyFCOS}
+
+// Renderer is how a node gets its configuration at first boot.
+type Renderer string
+
+const (
+	// RendererCloudInit: #cloud-config user-data running the node script, which installs
+	// what the image lacks with apt or from URLs (bootstrap.Render).
+	RendererCloudInit Renderer = "cloud-init"
+	// RendererIgnition: an Ignition config; kubelet and kubeadm come from the Kubernetes
+	// sysext, baked into the image or downloaded by Ignition (bootstrap.RenderIgnition).
+	RendererIgnition Renderer = "ignition"
+)
+
+// SysextComponent is the Kubernetes sysext's component name: the one component a Flatcar
+// or Fedora CoreOS image must bake, at an exact release such as v1.35.4. The OS itself
+// brings containerd, runc and the kernel tools; bootstrap names it the same.
+const SysextComponent = "kubernetes-sysext"
+
+// ErrMixedRenderers says a query can resolve images that configure nodes two ways.
+var ErrMixedRenderers = errors.New("images of two renderers")
+
+// FamilyOf returns the family of os: a name's os segment (flatcar) or a key's release
+// (flatcar-4230). ok is false when it is none of Families.
+func FamilyOf(os string) (Family, bool) {
+	f := Family(strings.SplitN(os, "-", 2)[0])
+	return f, slices.Contains(Families, f)
+}
+
+// Renderer is the family's renderer; a family the catalog does not know renders cloud-init.
+func (f Family) Renderer() Renderer {
+	if f == FamilyFlatcar || f == FamilyFCOS {
+		return RendererIgnition
+	}
+	return RendererCloudInit
+}
+
+// RequiredComponents are what an image of the family must bake at exact versions: the apt
+// set on Debian and Ubuntu (and on families the catalog does not know), the Kubernetes
+// sysext on Flatcar and Fedora CoreOS.
+func (f Family) RequiredComponents() []string {
+	if f.Renderer() == RendererIgnition {
+		return []string{SysextComponent}
+	}
+	return DefaultComponents
+}
+
+// familyNames is Families as text, for messages.
+func familyNames() string {
+	var s []string
+	for _, f := range Families {
+		s = append(s, string(f))
+	}
+	return strings.Join(s, ", ")
+}
+
+// RendererOf returns how a node booted from the image with the id is configured: from the
+// family of its name's os.
+func RendererOf(c Catalog, id string) (Renderer, error) {
+	im, ok := c.Image(id)
+	if !ok {
+		return "", fmt.Errorf("renderer of image %q: %w in the catalog", id, ErrNotFound)
+	}
+	n, err := ParseName(im.Name)
+	if err != nil {
+		return "", fmt.Errorf("renderer of image %q: %w", id, err)
+	}
+	return Family(n.OS).Renderer(), nil
+}
+
+// ChooseRenderer picks the renderer of a new machine. image is the id the core resolved
+// (catalog ImageID); "" means the runtime-install path on the provider's base image, whose
+// family the group's image.os gives (groupOS, such as flatcar-4230) and is Debian or Ubuntu
+// when it is empty (the providers' default base images). An image the catalog lacks is an
+// error: the core resolved it from this catalog.
+func ChooseRenderer(c Catalog, image, groupOS string) (Renderer, error) {
+	if image != "" {
+		return RendererOf(c, image)
+	}
+	if groupOS == "" {
+		return RendererCloudInit, nil
+	}
+	f, _ := FamilyOf(groupOS)
+	return f.Renderer(), nil
+}
+
+// QueryRenderers returns, for each renderer, the channels matching q whose key's OS
+// configures nodes that way: "name (key)". A channel's images (now and in its history,
+// where a rollback moves it) all have its key, so the key decides, even before the
+// channel points anywhere.
+func QueryRenderers(c Catalog, q Query) map[Renderer][]string {
+	out := map[Renderer][]string{}
+	for _, ch := range MatchChannels(c, q) {
+		f, _ := FamilyOf(ch.OS)
+		r := f.Renderer()
+		out[r] = append(out[r], fmt.Sprintf("%s (%s)", ch.Name, ch.Key))
+	}
+	return out
+}
+
+// CheckRenderers returns an ErrMixedRenderers error naming the channels when the query can
+// resolve images of two renderers: a group's nodes would be configured two ways as
+// promotes and rollbacks move its channel. Narrowing the query's OS to one release fixes it.
+func CheckRenderers(c Catalog, q Query) error {
+	rs := QueryRenderers(c, q)
+	if len(rs) < 2 {
+		return nil
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(rs)) {
+		parts = append(parts, fmt.Sprintf("%s via %s", r, strings.Join(rs[r], ", ")))
+	}
+	return fmt.Errorf("channel %s (%s): %w: %s", q.Channel, q.Key, ErrMixedRenderers, strings.Join(parts, "; "))
+}
