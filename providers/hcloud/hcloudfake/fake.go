@@ -54,6 +54,7 @@ type Fake struct {
 	servers     map[int64]*server
 	actions     map[int64]*action
 	images      map[int64]*image
+	firewalls   map[int64]*firewall // firewalls.go
 	serverTypes []schema.ServerType
 	locations   []schema.Location
 	datacenters []schema.Datacenter
@@ -395,7 +396,9 @@ func (f *Fake) route(w http.ResponseWriter, r *http.Request, now time.Time) {
 			f.changeImageProtection(w, r, id, now)
 		}
 	default:
-		notFound(w)
+		if !f.routeFirewalls(w, r, parts, now) {
+			notFound(w)
+		}
 	}
 }
 
