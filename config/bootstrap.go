@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,37 @@ type Bootstrap struct {
 	DpkgLockWait Duration `yaml:"dpkgLockWait"`
 	// Components are what every node must run, at exact versions.
 	Components []Component `yaml:"components"`
+	// KubernetesSysext is what Flatcar and Fedora CoreOS nodes run kubelet
+	// and kubeadm from (docs/os-images.md); groups whose image.os is one of
+	// those need it.
+	KubernetesSysext *KubernetesSysext `yaml:"kubernetesSysext"`
+}
+
+// KubernetesSysext is the Kubernetes sysext (sysext-bakery's format) at one
+// release, with where the runtime path downloads it for each arch.
+type KubernetesSysext struct {
+	// Version is the Kubernetes release, v1.35.4: the image manifest's
+	// kubernetes-sysext component.
+	Version string `yaml:"version"`
+	// Images maps an arch (amd64, arm64) to the .raw image's URL and sha256.
+	// A prebaked image carries the sysext and needs none; an arch without an
+	// entry can boot only prebaked images.
+	Images map[string]SysextImage `yaml:"images"`
+}
+
+// SysextImage is where one arch's sysext image is downloaded from and what
+// it hashes to.
+type SysextImage struct {
+	URL    string `yaml:"url"`
+	SHA256 string `yaml:"sha256"`
+}
+
+// Sysext returns the sysext for a machine of the arch as the bootstrap
+// package takes it; without an image for the arch its URL and sha256 are
+// empty (prebaked only).
+func (s *KubernetesSysext) Sysext(arch string) bootstrap.Sysext {
+	img := s.Images[arch]
+	return bootstrap.Sysext{Version: s.Version, Arch: arch, URL: img.URL, SHA256: img.SHA256}
 }
 
 // Component is one thing a node must run: a Debian package at an exact
@@ -95,7 +127,53 @@ func (v *validator) bootstrapBlock() {
 		msg = strings.NewReplacer("cluster.", "", "options.", "").Replace(msg)
 		v.errorf("bootstrap", "bootstrap.%s", msg)
 	}
+	if s := b.KubernetesSysext; s != nil {
+		v.kubernetesSysext(s)
+	}
 	if len(b.Components) == 0 {
 		v.errorf("bootstrap.components", "bootstrap.components is empty; list what every node must run at exact versions (containerd, kubelet, kubeadm, ...): see docs/bootstrap.md")
+	}
+}
+
+// kubernetesSysext checks the sysext by rendering an Ignition config with a
+// throwaway token: once prebaked (the version), then once per arch with its
+// download (url, sha256). The renderer's checks name the field.
+func (v *validator) kubernetesSysext(s *KubernetesSysext) {
+	const p = "bootstrap.kubernetesSysext"
+	b := v.c.Bootstrap
+	v.renderIgnitionCheck(p, "version", bootstrap.IgnitionInput{Input: ignitionCheckInput(b), OS: bootstrap.Flatcar,
+		Sysext: s.Sysext("amd64"), Prebaked: true})
+	for _, arch := range sortedKeys(s.Images) {
+		ap := joinKey(p+".images", arch)
+		if arch != "amd64" && arch != "arm64" {
+			v.errorf(ap, "%s: arch %q; use amd64 or arm64", p+".images", short(arch))
+			continue
+		}
+		v.renderIgnitionCheck(ap, "url sha256", bootstrap.IgnitionInput{Input: ignitionCheckInput(b), OS: bootstrap.Flatcar,
+			Sysext: s.Sysext(arch)})
+	}
+}
+
+func ignitionCheckInput(b *Bootstrap) bootstrap.Input {
+	return bootstrap.Input{
+		Provider: "hcloud", Cluster: b.BootstrapCluster(), JoinToken: "abcdef.0123456789abcdef", NodeName: "check",
+	}
+}
+
+// renderIgnitionCheck renders in and reports its sysext fields' problems (of
+// the space-separated fields) at path; the cluster fields are the block's
+// own, which bootstrapBlock reports.
+func (v *validator) renderIgnitionCheck(path, fields string, in bootstrap.IgnitionInput) {
+	_, err := bootstrap.RenderIgnition(in)
+	if err == nil {
+		return
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimPrefix(line, "bootstrap ignition input: ")
+		rest, ok := strings.CutPrefix(line, "sysext.")
+		field, _, _ := strings.Cut(rest, " ")
+		if ok && slices.Contains(strings.Fields(fields), field) {
+			v.errorf(path+"."+field, "%s.%s", path, rest)
+		}
 	}
 }

@@ -241,6 +241,9 @@ type NodeGroup struct {
 	TaintSpecs []Taint `yaml:"taints"`
 	// Image selects a prebaked image; the zero Image means runtime-install.
 	Image Image `yaml:"image"`
+	// Network is the nodes' network mode (docs/networking.md); nil means
+	// none.
+	Network *Network `yaml:"network"`
 	// UserDataFile is sent verbatim as user-data instead of what the
 	// bootstrap block renders. Load makes a relative path relative to the
 	// config file's directory.
@@ -261,6 +264,8 @@ type Image struct {
 	// OS and K8sMinor narrow the channel's key: "ubuntu-2404", "1.35".
 	// Empty matches any; a channel that then matches two images is an
 	// error at create time (the group installs at runtime and says why).
+	// OS's family (debian, ubuntu, flatcar, fcos) also says how nodes are
+	// configured when no image resolves: flatcar and fcos render Ignition.
 	OS       string `yaml:"os"`
 	K8sMinor string `yaml:"k8sMinor"`
 }

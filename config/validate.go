@@ -394,6 +394,8 @@ func (v *validator) nodeGroups() {
 		if (g.Image.OS != "" || g.Image.K8sMinor != "") && g.Image.Channel == "" {
 			v.errorf(p+".image", "%s: image.os and image.k8sMinor narrow a channel; set image.channel too, or remove them", name)
 		}
+		v.groupImageFamily(p, name, g)
+		v.groupNetwork(p, name, g)
 		if f := g.UserDataFile; f != "" {
 			v.regularFile(p+".userDataFile", name+": userDataFile", f)
 		}
