@@ -234,3 +234,14 @@ func regularFile(t *testing.T) string {
 	}
 	return p
 }
+
+// TestFamilyNamesMatchBootstrap: the core turns an imagecatalog.Family into the Ignition
+// renderer's OS by its name, so the two packages must spell them alike.
+func TestFamilyNamesMatchBootstrap(t *testing.T) {
+	t.Parallel()
+	if string(bootstrap.Flatcar) != string(imagecatalog.FamilyFlatcar) || string(bootstrap.FCOS) != string(imagecatalog.FamilyFCOS) ||
+		bootstrap.SysextComponent != imagecatalog.SysextComponent {
+		t.Errorf("bootstrap %q/%q/%q, imagecatalog %q/%q/%q", bootstrap.Flatcar, bootstrap.FCOS, bootstrap.SysextComponent,
+			imagecatalog.FamilyFlatcar, imagecatalog.FamilyFCOS, imagecatalog.SysextComponent)
+	}
+}

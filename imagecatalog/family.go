@@ -79,33 +79,53 @@ func familyNames() string {
 	return strings.Join(s, ", ")
 }
 
-// RendererOf returns how a node booted from the image with the id is configured: from the
-// family of its name's os.
-func RendererOf(c Catalog, id string) (Renderer, error) {
+// FamilyOfImage returns the family of the image with the id: its name's os.
+func FamilyOfImage(c Catalog, id string) (Family, error) {
 	im, ok := c.Image(id)
 	if !ok {
-		return "", fmt.Errorf("renderer of image %q: %w in the catalog", id, ErrNotFound)
+		return "", fmt.Errorf("family of image %q: %w in the catalog", id, ErrNotFound)
 	}
 	n, err := ParseName(im.Name)
 	if err != nil {
-		return "", fmt.Errorf("renderer of image %q: %w", id, err)
+		return "", fmt.Errorf("family of image %q: %w", id, err)
 	}
-	return Family(n.OS).Renderer(), nil
+	return Family(n.OS), nil
 }
 
-// ChooseRenderer picks the renderer of a new machine. image is the id the core resolved
-// (catalog ImageID); "" means the runtime-install path on the provider's base image, whose
-// family the group's image.os gives (groupOS, such as flatcar-4230) and is Debian or Ubuntu
-// when it is empty (the providers' default base images). An image the catalog lacks is an
-// error: the core resolved it from this catalog.
-func ChooseRenderer(c Catalog, image, groupOS string) (Renderer, error) {
+// RendererOf returns how a node booted from the image with the id is configured: from the
+// family of its name's os.
+func RendererOf(c Catalog, id string) (Renderer, error) {
+	f, err := FamilyOfImage(c, id)
+	if err != nil {
+		return "", err
+	}
+	return f.Renderer(), nil
+}
+
+// ChooseFamily is the OS family of a new machine. image is the id the core resolved; ""
+// means the runtime-install path on the provider's base image, whose family the group's
+// image.os gives (groupOS, such as flatcar-4230), and which is Debian or Ubuntu when that
+// is empty (the providers' default base images; FamilyDebian stands for both). An image the
+// catalog lacks is an error: the core resolved it from this catalog.
+func ChooseFamily(c Catalog, image, groupOS string) (Family, error) {
 	if image != "" {
-		return RendererOf(c, image)
+		return FamilyOfImage(c, image)
 	}
 	if groupOS == "" {
-		return RendererCloudInit, nil
+		return FamilyDebian, nil
 	}
 	f, _ := FamilyOf(groupOS)
+	return f, nil
+}
+
+// ChooseRenderer picks the renderer of a new machine: ChooseFamily's renderer. The core
+// renders cloud-init (bootstrap.Render) or Ignition (bootstrap.RenderIgnition, with the
+// family as its OS) from it.
+func ChooseRenderer(c Catalog, image, groupOS string) (Renderer, error) {
+	f, err := ChooseFamily(c, image, groupOS)
+	if err != nil {
+		return "", err
+	}
 	return f.Renderer(), nil
 }
 

@@ -77,6 +77,14 @@ func TestChooseRenderer(t *testing.T) {
 			t.Errorf("ChooseRenderer(%q, %q) = %s, %v; want %s", tt.image, tt.groupOS, got, err, tt.want)
 		}
 	}
+	for _, tt := range []struct {
+		image, groupOS string
+		want           Family
+	}{{"F", "", FamilyFlatcar}, {"U", "fcos-42", FamilyUbuntu}, {"", "fcos-42", FamilyFCOS}, {"", "", FamilyDebian}} {
+		if got, err := ChooseFamily(c, tt.image, tt.groupOS); err != nil || got != tt.want {
+			t.Errorf("ChooseFamily(%q, %q) = %s, %v; want %s", tt.image, tt.groupOS, got, err, tt.want)
+		}
+	}
 	if _, err := ChooseRenderer(c, "gone", ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("an image the catalog lacks: %v, want ErrNotFound", err)
 	}
