@@ -24,6 +24,9 @@ type BuilderInput struct {
 	// DefaultModules.
 	Sysctls map[string]string
 	Modules []string
+	// Runtime is Input.Runtime: the builder configures containerd and checks the kernel
+	// settings the same way a node booted from the image will.
+	Runtime Runtime
 	// DpkgLockWait is Options.DpkgLockWait.
 	DpkgLockWait time.Duration
 	// RecordHostCommands is Options.RecordHostCommands: a chroot test records sysctl,
@@ -183,6 +186,7 @@ func (in BuilderInput) validate() (Input, error) {
 		Components: in.Components,
 		Sysctls:    in.Sysctls,
 		Modules:    in.Modules,
+		Runtime:    in.Runtime,
 		Options: Options{DpkgLockWait: in.DpkgLockWait, RecordHostCommands: in.RecordHostCommands,
 			SkipJoin: true, StatusPath: BuilderStatusPath},
 	}

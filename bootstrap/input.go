@@ -45,6 +45,9 @@ type Input struct {
 	Modules []string
 	// Network is the node's network mode (docs/networking.md); the zero value is none.
 	Network Network
+	// Runtime is what the node needs where it is not a VM of its own (runtime.go); the zero
+	// value is a VM's.
+	Runtime Runtime
 	Options Options
 }
 
@@ -258,6 +261,7 @@ func (in Input) validateInstall(bad func(format string, args ...any)) Input {
 			bad("modules: %q: want a kernel module name", m)
 		}
 	}
+	in.Runtime = in.Runtime.validate(bad)
 	if in.Options.DpkgLockWait < 0 {
 		bad("options.dpkgLockWait %s: must not be negative", in.Options.DpkgLockWait)
 	}

@@ -13,6 +13,8 @@ export PATH LC_ALL DEBIAN_FRONTEND
 MANIFEST=/etc/prebake/manifest.json
 RECORD=/var/lib/prebake/recorded-host-commands
 DPKG_LOCK=/var/lib/dpkg/lock-frontend
+PROC_SYS=/proc/sys
+KUBELET_CLIENT_CERT=/var/lib/kubelet/pki/kubelet-client-current.pem
 
 PHASE=start
 PHASES=""
@@ -301,11 +303,33 @@ phase_install() {
 }
 
 # --- phase 4: kernel settings, containerd, kubelet unit -------------------------------------
+# check_sysctls: on a kernel shared with a host (Runtime.SharedKernel) the node changes no
+# kernel setting; each wanted sysctl must already have its value. Keys and values are
+# validated names and plain words, so sed can take the JSON object apart.
+check_sysctls() {
+	for kv in $(printf '%s' "$PREBAKE_SYSCTLS_JSON" | tr -d '{}' | tr ',' '\n' | sed -n 's/^"\([^"]*\)":"\([^"]*\)"$/\1=\2/p' | tr ' ' '+'); do
+		key=${kv%%=*}
+		want=$(printf '%s' "${kv#*=}" | tr '+' ' ')
+		if [ "$PREBAKE_RECORD" = 1 ]; then
+			host check-sysctl "$key" "$want"
+			continue
+		fi
+		f=$PROC_SYS/$(printf '%s' "$key" | tr . /)
+		[ -r "$f" ] || fail "sysctl $key does not exist in this kernel, want $want: the kernel is shared with the host (runtime.sharedKernel); load its module on the host"
+		have=$(tr -s ' \t' '  ' <"$f")
+		[ "$have" = "$want" ] || fail "sysctl $key is $have, want $want: the kernel is shared with the host (runtime.sharedKernel), so set it on the machine (a container's --sysctl) or the host"
+	done
+}
+
 phase_configure() {
 	prebake_configure_files
-	if changed sysctl; then host sysctl --system >/dev/null || fail "sysctl --system failed"; fi
-	if changed modules; then
-		for m in $PREBAKE_MODULES; do host modprobe "$m" || fail "modprobe $m failed: is the module in this kernel?"; done
+	if [ "$PREBAKE_SHARED_KERNEL" = 1 ]; then
+		check_sysctls
+	else
+		if changed sysctl; then host sysctl --system >/dev/null || fail "sysctl --system failed"; fi
+		if changed modules; then
+			for m in $PREBAKE_MODULES; do host modprobe "$m" || fail "modprobe $m failed: is the module in this kernel?"; done
+		fi
 	fi
 	if changed containerd; then host systemctl restart containerd || fail "systemctl restart containerd failed"; fi
 	if changed kubelet-unit; then
@@ -352,7 +376,39 @@ phase_join() {
 		fail "kubeadm join $PREBAKE_ENDPOINT failed (see its output above); a join token expires after its TTL, so a new scale-up renders a new one"
 }
 
-# --- phase 7: report -------------------------------------------------------------------------
+# --- phase 7: pod network (Runtime.PodNetwork) ----------------------------------------------
+# Once joined, wait for the Node's spec.podCIDR (kube-controller-manager --allocate-node-cidrs)
+# and write a bridge CNI configuration for it; containerd picks it up and the node goes
+# Ready. It reads the Node with the kubelet's own client certificate.
+phase_podnetwork() {
+	if [ "$PREBAKE_SKIP_JOIN" = 1 ]; then
+		P_RESULT=skipped
+		P_DETAIL="join skipped (test mode)"
+		return 0
+	fi
+	command -v curl >/dev/null 2>&1 || fail "curl is not installed to read the Node's podCIDR; add curl to the image or as an apt component"
+	cert=$KUBELET_CLIENT_CERT
+	url="https://$PREBAKE_ENDPOINT/api/v1/nodes/$PREBAKE_NODE"
+	deadline=$(($(date +%s) + PREBAKE_POD_CIDR_WAIT))
+	cidr=""
+	while :; do
+		if [ -r "$cert" ]; then
+			cidr=$(curl -fsS --max-time 10 --cacert /etc/kubernetes/pki/ca.crt --cert "$cert" --key "$cert" "$url" 2>/dev/null |
+				tr -d ' \n\t' | sed -n 's/.*"podCIDR":"\([0-9a-fA-F.:/]*\)".*/\1/p') || cidr=""
+		fi
+		[ -n "$cidr" ] && break
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			fail "node $PREBAKE_NODE has no spec.podCIDR after ${PREBAKE_POD_CIDR_WAIT}s: run kube-controller-manager with --allocate-node-cidrs and --cluster-cidr, or unset runtime.podNetwork and install a CNI"
+		fi
+		sleep 1
+	done
+	put_file "$PREBAKE_CNI_CONFIG" 0644 none "{\"cniVersion\":\"1.0.0\",\"name\":\"prebake\",\"plugins\":[{\"type\":\"bridge\",\"bridge\":\"$PREBAKE_CNI_BRIDGE\",\"isGateway\":true,\"ipMasq\":$PREBAKE_CNI_MASQ,\"hairpinMode\":true,\"ipam\":{\"type\":\"host-local\",\"ranges\":[[{\"subnet\":\"$cidr\"}]],\"routes\":[{\"dst\":\"0.0.0.0/0\"}]}},{\"type\":\"portmap\",\"capabilities\":{\"portMappings\":true}}]}
+"
+	P_DETAIL="podCIDR $cidr:${CHANGED_FILES:- unchanged}"
+	CHANGED_FILES=""
+}
+
+# --- phase 8: report -------------------------------------------------------------------------
 # Once joined, the kubelet's own credentials may annotate its Node; the status file is
 # written in every case. The annotation is best effort: the Node appears shortly after join.
 annotate_node() {
@@ -383,6 +439,7 @@ prebake_main() {
 	if [ -n "$PREBAKE_NODE_ADDRESS" ]; then run_phase address phase_address; fi
 	run_phase kubelet phase_kubelet
 	run_phase join phase_join
+	if [ "$PREBAKE_POD_NETWORK" = 1 ]; then run_phase podnetwork phase_podnetwork; fi
 	PHASE=done
 	RESULT=ok
 	write_status

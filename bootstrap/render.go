@@ -98,6 +98,16 @@ func writePrelude(b *strings.Builder, header string, in Input, configure, kubele
 		{"PREBAKE_MODULES", strings.Join(in.Modules, " ")},
 		{"PREBAKE_SYSCTLS_JSON", mustJSON(in.Sysctls)},
 		{"PREBAKE_MODULES_JSON", mustJSON(in.Modules)},
+		{"PREBAKE_SHARED_KERNEL", boolFlag(in.Runtime.SharedKernel)},
+		{"PREBAKE_POD_NETWORK", boolFlag(in.Runtime.PodNetwork != nil)},
+	}
+	if pn := in.Runtime.PodNetwork; pn != nil {
+		vars = append(vars, []struct{ name, value string }{
+			{"PREBAKE_CNI_BRIDGE", pn.Bridge},
+			{"PREBAKE_CNI_MASQ", fmt.Sprint(pn.Masquerade)},
+			{"PREBAKE_POD_CIDR_WAIT", fmt.Sprint(int64(pn.Wait.Seconds() + 0.999))},
+			{"PREBAKE_CNI_CONFIG", CNIConfigPath},
+		}...)
 	}
 	for _, v := range vars {
 		fmt.Fprintf(b, "%s=%s\n", v.name, shQuote(v.value))
@@ -189,8 +199,9 @@ func configureFiles(in Input) ([]file, error) {
 	files := []file{
 		{"/etc/modules-load.d/prebake.conf", "0644", "modules", modules},
 		{"/etc/sysctl.d/99-prebake.conf", "0644", "sysctl", sysctl.String()},
-		{"/etc/containerd/config.toml", "0644", "containerd", containerdConfig},
+		{"/etc/containerd/config.toml", "0644", "containerd", containerdConfigFor(in.Runtime)},
 	}
+	files = append(files, registryFiles(in.Runtime)...)
 	for _, c := range in.Components {
 		if c.Name == "kubelet" && c.Binary() {
 			files = append(files,
@@ -223,6 +234,8 @@ type (
 		CRISocket        string   `yaml:"criSocket"`
 		Taints           []taint  `yaml:"taints"` // an empty list means none: kubeadm adds no default to a joining worker
 		KubeletExtraArgs []argVal `yaml:"kubeletExtraArgs,omitempty"`
+		// IgnorePreflightErrors is Runtime.IgnorePreflightErrors.
+		IgnorePreflightErrors []string `yaml:"ignorePreflightErrors,omitempty"`
 	}
 	taint struct {
 		Key    string `yaml:"key"`
@@ -254,8 +267,9 @@ func kubeletFiles(in Input) ([]file, error) {
 			Token:             in.JoinToken,
 			CACertHashes:      in.Cluster.CACertHashes,
 		}},
-		NodeRegistration: nodeRegistration{Name: in.NodeName, CRISocket: CRISocket, Taints: []taint{}},
-		Patches:          patches{Directory: KubeadmPatchesDir},
+		NodeRegistration: nodeRegistration{Name: in.NodeName, CRISocket: CRISocket, Taints: []taint{},
+			IgnorePreflightErrors: in.Runtime.IgnorePreflightErrors},
+		Patches: patches{Directory: KubeadmPatchesDir},
 	}
 	for _, t := range in.Taints {
 		jc.NodeRegistration.Taints = append(jc.NodeRegistration.Taints, taint(t))
@@ -282,6 +296,11 @@ func kubeletFiles(in Input) ([]file, error) {
 		}
 		files = append(files, file{KubeletPatchPath, "0644", "none", string(patch)})
 	}
+	runtimePatch, err := kubeletRuntimePatch(in.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, runtimePatch...)
 	// Without a providerID here, node.sh writes the patch at boot (phase_kubelet).
 	return files, nil
 }
