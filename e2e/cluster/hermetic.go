@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,6 +66,9 @@ type HermeticOptions struct {
 	// (Secrets, ConfigMaps), at a fraction of the CPU and memory. There is no default
 	// ServiceAccount then, and no pod ever runs.
 	APIServerOnly bool
+	// Join, when set, makes the cluster one that real nodes join with kubeadm (join.go).
+	// It needs the full control plane (not APIServerOnly).
+	Join *JoinOptions
 }
 
 // Hermetic is a control plane of local processes (etcd, kube-apiserver,
@@ -90,6 +94,16 @@ func NewHermetic(opts HermeticOptions) (*Hermetic, error) {
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
+	}
+	if opts.Join != nil {
+		j := *opts.Join
+		if err := j.validate(); err != nil {
+			return nil, fmt.Errorf("hermetic cluster: %w", err)
+		}
+		if opts.APIServerOnly {
+			return nil, errors.New("hermetic cluster: Join needs kube-controller-manager; unset APIServerOnly")
+		}
+		opts.Join = &j
 	}
 	return &Hermetic{opts: opts, dir: dir}, nil
 }
@@ -168,7 +182,7 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		}
 	}
 
-	pk, err := generatePKI(dirs["pki"])
+	pk, err := generatePKI(dirs["pki"], h.extraServingIPs()...)
 	if err != nil {
 		return err
 	}
@@ -180,7 +194,7 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		etcdClient: ports[0], etcdPeer: ports[1], apiserver: ports[2],
 		kcm: ports[3], scheduler: ports[4], kwok: ports[5],
 	}
-	apiURL := "https://127.0.0.1:" + strconv.Itoa(pt.apiserver)
+	apiURL := "https://" + net.JoinHostPort(h.listenHost(), strconv.Itoa(pt.apiserver))
 	kubeconfig := h.Kubeconfig()
 	if err := writeKubeconfig(kubeconfig, apiURL, pk); err != nil {
 		return err
@@ -192,6 +206,7 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 	bins := h.opts.Binaries
 	env := os.Environ()
 	start := func(name, bin string, env []string, args ...string) (*process, error) {
+		args = append(args, h.joinArgs(name)...)
 		p, err := startProcess(h.sp, name, bin, args, env, dirs["logs"], dirs["pids"])
 		if err != nil {
 			return nil, err
@@ -218,8 +233,8 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 	// kube-apiserver
 	apiserverArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + h.listenHost(),
+		"--advertise-address=" + h.listenHost(),
 		"--secure-port=" + strconv.Itoa(pt.apiserver),
 		"--cert-dir=" + filepath.Join(dirs["run"], "apiserver-certs"),
 		"--tls-cert-file=" + pk.ServingCert,
@@ -331,6 +346,11 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 		return err
 	}); err != nil {
 		return err
+	}
+	if h.opts.Join != nil {
+		if err := h.setupJoin(ctx, logf); err != nil {
+			return err
+		}
 	}
 	logf("cluster ready: KUBECONFIG=%s", kubeconfig)
 	return nil

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -51,7 +52,7 @@ const certValidity = 7 * 24 * time.Hour
 // generatePKI writes a fresh CA, serving certificate, admin client certificate
 // (O=system:masters) and service-account key pair into dir. TLS keys are ECDSA P-256; the
 // service-account key is RSA 2048, which every Kubernetes version accepts for signing tokens.
-func generatePKI(dir string) (*pki, error) {
+func generatePKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create PKI dir: %w", err)
 	}
@@ -112,7 +113,7 @@ func generatePKI(dir string) (*pki, error) {
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    servingDNSNames,
-		IPAddresses: servingIPs,
+		IPAddresses: append(slices.Clone(servingIPs), extraIPs...),
 	}); err != nil {
 		return nil, err
 	}
