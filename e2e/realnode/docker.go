@@ -18,6 +18,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
@@ -36,6 +37,7 @@ const (
 type engine struct {
 	c       *client.Client
 	cluster string
+	images  []string // removed after the containers, at cleanup
 }
 
 func newEngine(t *testing.T, cluster string) *engine {
@@ -56,6 +58,11 @@ func newEngine(t *testing.T, cluster string) *engine {
 	t.Cleanup(func() {
 		if err := e.removeAll(context.Background()); err != nil {
 			t.Errorf("clean up the engine: %v", err)
+		}
+		for _, id := range e.images {
+			if _, err := c.ImageRemove(context.Background(), id, image.RemoveOptions{}); err != nil {
+				t.Errorf("remove image %s: %v", id, err)
+			}
 		}
 		c.Close()
 	})

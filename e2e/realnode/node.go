@@ -81,6 +81,11 @@ func setup(ctx context.Context, t *testing.T, name string) *env {
 		t.Fatal(err)
 	}
 	e.image = img
+	if img.Imported {
+		// The tarball is the cache; the image is this test's (the next one imports it again
+		// in seconds), so it leaves nothing in the engine.
+		e.engine.images = append(e.engine.images, img.ID)
+	}
 
 	build := cluster.BuildOptions{Out: cluster.TestLog{T: t}}
 	bins, err := cluster.Build(ctx, build)
