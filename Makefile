@@ -20,7 +20,7 @@ build: ## build bin/prebake
 
 vet: ## go vet
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/
+	$(GO) vet -tags e2e ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/... ./internal/...
 	$(GO) vet -tags system ./bootstrap/... ./imagecatalog/ ./internal/kubetest/...
 
 unit: ## fast loop: go test -race on every package (no e2e)
@@ -30,7 +30,7 @@ unit: ## fast loop: go test -race on every package (no e2e)
 # process, which Go's test cache can't see, so a cached pass could hide a
 # broken plugin.
 e2e: ## end-to-end suite on the hermetic control plane (builds it once, cached): scale-up scenarios, mesh, deploy/ server-side dry-runs, join tokens, the catalog ConfigMap store
-	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/
+	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v ./e2e/... ./deploy/... ./bootstrap/... ./imagecatalog/ ./autoscaling/... ./internal/kubetest/...
 
 # System tests (build tag system) need root, debootstrap and the network to a Debian mirror;
 # they skip with one line when a prerequisite is missing, and fail under CI=true. The

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prebake-dev/prebake/autoscaling"
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/kwok"
 )
@@ -26,7 +26,7 @@ import (
 func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
-	_, cs := cluster.StartTest(ctx, t)
+	_, cs := kubetest.StartTest(ctx, t)
 	cat, _, err := imagecatalog.FileStore{Path: "../examples/kwok-catalog.yaml"}.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 		defer scancel()
 		_ = core.Shutdown(sctx)
 	})
-	canary, err := autoscaling.NewJoinCanary(core, cs, "small", autoscaling.CanaryOptions{Timeout: 2 * time.Minute, Poll: 100 * time.Millisecond, Progress: cluster.TestLog{T: t}})
+	canary, err := autoscaling.NewJoinCanary(core, cs, "small", autoscaling.CanaryOptions{Timeout: 2 * time.Minute, Poll: 100 * time.Millisecond, Progress: kubetest.TestLog{T: t}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/bootstrap/rootfstest"
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // aptComponents are the Debian packages of imagecatalog.DefaultComponents that bookworm
@@ -156,8 +156,8 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 			t.Errorf("%s sha256 %s, want %s", c.Path, got, c.SHA256)
 		}
 	}
-	if got := rootfstest.Chroot(t, root, "/usr/bin/kubeadm", "version", "-o", "short"); strings.TrimSpace(got) != cluster.KubernetesVersion {
-		t.Errorf("kubeadm version in the rootfs = %q, want %s", got, cluster.KubernetesVersion)
+	if got := rootfstest.Chroot(t, root, "/usr/bin/kubeadm", "version", "-o", "short"); strings.TrimSpace(got) != kubetest.KubernetesVersion {
+		t.Errorf("kubeadm version in the rootfs = %q, want %s", got, kubetest.KubernetesVersion)
 	}
 	if calls := aptCalls(t, root); !slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "apt-get install") }) {
 		t.Errorf("vanilla run never called apt-get install; calls: %q", calls)

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prebake-dev/prebake/bootstrap"
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // TestTokensAgainstAPIServer creates a join token in the hermetic cluster's real
@@ -22,7 +22,7 @@ import (
 func TestTokensAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	b, cs := cluster.StartTest(ctx, t)
+	b, cs := kubetest.StartTest(ctx, t)
 
 	ts := bootstrap.Tokens{Client: cs, TTL: 20 * time.Minute}
 	tok, err := ts.Create(ctx, "prebake e2e node")
@@ -41,7 +41,7 @@ func TestTokensAgainstAPIServer(t *testing.T) {
 	}
 
 	// kubeadm reads bootstrap tokens the way the apiserver's authenticator does.
-	bins, err := cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: cluster.TestLog{T: t}})
+	bins, err := kubetest.BuildNodeBinaries(ctx, kubetest.BuildOptions{Out: kubetest.TestLog{T: t}})
 	if err != nil {
 		t.Fatalf("build kubeadm: %v", err)
 	}

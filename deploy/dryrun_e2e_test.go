@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // TestOverlaysServerDryRun applies every render with
@@ -27,8 +27,8 @@ func TestOverlaysServerDryRun(t *testing.T) {
 	kc := kubectl(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
-	b, err := cluster.NewBackend(ctx, cluster.BackendHermetic, cluster.Options{Dir: filepath.Join(t.TempDir(), "cluster"), Out: testWriter{t}})
-	cluster.SkipIfUnavailable(t, err)
+	b, err := kubetest.NewBackend(ctx, kubetest.BackendHermetic, kubetest.Options{Dir: filepath.Join(t.TempDir(), "cluster"), Out: testWriter{t}})
+	kubetest.SkipIfUnavailable(t, err)
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -26,13 +26,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/deploy"
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/timeline"
 	"github.com/prebake-dev/prebake/e2e/wait"
 	protos "github.com/prebake-dev/prebake/externalgrpc/proto"
 	"github.com/prebake-dev/prebake/internal/certs"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/kwok"
 )
@@ -87,7 +87,7 @@ type env struct {
 // cluster could not be set up.
 func newEnv(t *testing.T, name string, timeout time.Duration) *env {
 	t.Helper()
-	cluster.SkipIfUnavailable(t, suite.err)
+	kubetest.SkipIfUnavailable(t, suite.err)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	e := &env{
 		t: t, ctx: ctx, name: "e2e-" + name, leaseNS: "prebake-e2e-" + name,

@@ -14,17 +14,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/timeline"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // suite is what TestMain sets up once for every scenario: one control plane and one prebake
 // binary. err is why they could not be set up; each test reports it (skip, or fail under
-// CI=true) through cluster.SkipIfUnavailable.
+// CI=true) through kubetest.SkipIfUnavailable.
 var suite struct {
 	err     error
-	backend cluster.Backend
+	backend kubetest.Backend
 	rest    *rest.Config
 	kube    kubernetes.Interface
 	prebake string // the built binary
@@ -43,7 +43,7 @@ func runSuite(m *testing.M) (code int) {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...)
 	}
-	suite.report = &timeline.Report{Backend: cluster.BackendName(), Started: time.Now()}
+	suite.report = &timeline.Report{Backend: kubetest.BackendName(), Started: time.Now()}
 	dir, err := os.MkdirTemp("", "prebake-e2e-")
 	if err != nil {
 		progress("temp dir: %v", err)
@@ -63,7 +63,7 @@ func runSuite(m *testing.M) (code int) {
 	began := time.Now()
 	suite.err = setupSuite(ctx, dir, progress)
 	if suite.err == nil {
-		progress("cluster (%s) and prebake ready in %.1fs", cluster.BackendName(), time.Since(began).Seconds())
+		progress("cluster (%s) and prebake ready in %.1fs", kubetest.BackendName(), time.Since(began).Seconds())
 		defer func() {
 			if err := suite.backend.Stop(context.Background()); err != nil {
 				progress("stop cluster: %v", err)
@@ -93,8 +93,8 @@ func setupSuite(ctx context.Context, dir string, progress func(string, ...any)) 
 	if suite.prebake, err = serveproc.Build(ctx, moduleDir, dir); err != nil {
 		return err
 	}
-	progress("preparing the %s cluster backend", cluster.BackendName())
-	b, err := cluster.NewBackend(ctx, "", cluster.Options{Dir: filepath.Join(dir, "cluster"), Out: progressWriter(progress)})
+	progress("preparing the %s cluster backend", kubetest.BackendName())
+	b, err := kubetest.NewBackend(ctx, "", kubetest.Options{Dir: filepath.Join(dir, "cluster"), Out: progressWriter(progress)})
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,8 @@ import (
 
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/bootstrap/rootfstest"
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers/hcloud"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
 )
@@ -43,7 +43,7 @@ var sandboxApt = map[string]string{
 }
 
 // crictlStandIn is cri-tools: no crictl build is hermetic (the Go module proxy does not serve
-// sigs.k8s.io/cri-tools at a matching version, see e2e/cluster.BuildNodeBinaries) and bookworm
+// sigs.k8s.io/cri-tools at a matching version, see e2e/kubetest.BuildNodeBinaries) and bookworm
 // does not package it, so the test serves this script and the report identifies it by its
 // sha256, the way it would identify a real crictl.
 const crictlStandIn = "#!/bin/sh\necho 'crictl version v1.35.0 (prebake system-test stand-in)'\n"
@@ -432,7 +432,7 @@ func TestBuildObservesTheSandbox(t *testing.T) {
 		fmt.Fprintf(&b, "| %s | %s |\n", n, im.Manifest.Components[n])
 	}
 	fmt.Fprintf(&b, "\nsandbox build: install step (runtime install) %.1f s, kubelet/kubeadm %s\n",
-		run.install.Seconds(), cluster.KubernetesVersion)
+		run.install.Seconds(), kubetest.KubernetesVersion)
 	t.Log(b.String())
 }
 

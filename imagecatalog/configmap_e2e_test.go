@@ -13,8 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // TestConfigMapStoreTwoWritersAgainstKubeAPIServer proves the ConfigMap
@@ -26,7 +26,7 @@ import (
 func TestConfigMapStoreTwoWritersAgainstKubeAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
-	_, cs := cluster.StartTest(ctx, t)
+	_, cs := kubetest.StartTest(ctx, t)
 	store := imagecatalog.ConfigMapStore{Client: cs.CoreV1(), Namespace: "default", Name: "prebake-images"}
 
 	// A stale revision is refused by the API server.

@@ -13,20 +13,20 @@ import (
 	"time"
 
 	"github.com/prebake-dev/prebake/bootstrap"
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // nodeBinaries is built once per test binary: BuildNodeBinaries reuses its on-disk cache,
 // but checking that still costs a stat of every file and a log line.
 var nodeBinaries struct {
 	sync.Mutex
-	bins cluster.NodeBinaries
+	bins kubetest.NodeBinaries
 	err  error
 	done bool
 }
 
 // NodeBinaryComponents builds (once, cached under ~/.cache/prebake) kubelet and kubeadm at
-// cluster.KubernetesVersion and the CNI plugins at cluster.CNIPluginsVersion, serves them
+// kubetest.KubernetesVersion and the CNI plugins at kubetest.CNIPluginsVersion, serves them
 // from 127.0.0.1, and returns them as binary components: kubelet and kubeadm at /usr/bin,
 // each plugin as cni-<name> at /opt/cni/bin/<name>, each with its sha256.
 func NodeBinaryComponents(t testing.TB) []bootstrap.Component {
@@ -37,7 +37,7 @@ func NodeBinaryComponents(t testing.TB) []bootstrap.Component {
 	nodeBinaries.Lock()
 	if !nodeBinaries.done {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		nodeBinaries.bins, nodeBinaries.err = cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: testWriter{t}})
+		nodeBinaries.bins, nodeBinaries.err = kubetest.BuildNodeBinaries(ctx, kubetest.BuildOptions{Out: testWriter{t}})
 		cancel()
 		nodeBinaries.done = true
 	}
@@ -50,10 +50,10 @@ func NodeBinaryComponents(t testing.TB) []bootstrap.Component {
 	add := func(name, version, src, dst string) {
 		out = append(out, bootstrap.Component{Name: name, Version: version, URL: src, SHA256: FileSHA256(t, src), Path: dst})
 	}
-	add("kubelet", cluster.KubernetesVersion, bins.Kubelet, "/usr/bin/kubelet")
-	add("kubeadm", cluster.KubernetesVersion, bins.Kubeadm, "/usr/bin/kubeadm")
+	add("kubelet", kubetest.KubernetesVersion, bins.Kubelet, "/usr/bin/kubelet")
+	add("kubeadm", kubetest.KubernetesVersion, bins.Kubeadm, "/usr/bin/kubeadm")
 	for _, p := range slices.Sorted(maps.Keys(bins.CNIPlugins)) {
-		add("cni-"+p, cluster.CNIPluginsVersion, bins.CNIPlugins[p], "/opt/cni/bin/"+p)
+		add("cni-"+p, kubetest.CNIPluginsVersion, bins.CNIPlugins[p], "/opt/cni/bin/"+p)
 	}
 	return Serve(t, out)
 }

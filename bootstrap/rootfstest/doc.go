@@ -3,7 +3,7 @@
 // made once per machine and cached as a tarball under the user cache directory
 // (~/.cache/prebake/rootfs), a fresh private copy per test, a chroot runner, and a loopback
 // file server for the binaries the scripts download (kubelet and kubeadm built by
-// e2e/cluster, the CNI plugins).
+// internal/kubetest, the CNI plugins).
 //
 // bootstrap's system tests and imagecatalog's sandboxed build test share it, so both
 // install into the same filesystem the same way.

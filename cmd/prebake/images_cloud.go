@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/prebake-dev/prebake/cmd/prebake/app"
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/imagecatalog"
-	"github.com/prebake-dev/prebake/internal/serve"
 	"github.com/prebake-dev/prebake/providers/hcloud"
 )
 
@@ -90,7 +90,7 @@ func cloudOf(cmd *cobra.Command) (imageCloud, string, string, error) {
 	case h != nil && g != nil:
 		return nil, "", "", fmt.Errorf("%s has both a providers.hcloud and a providers.gce block: the image commands work on one provider's images; give --config a file with only the provider to work on (one config per provider)", path)
 	case g != nil:
-		p, err := serve.NewGCE(cmd.Context(), cfg, slog.Default().With("provider", "gce"))
+		p, err := app.NewGCE(cmd.Context(), cfg, slog.Default().With("provider", "gce"))
 		if err != nil {
 			return nil, "", "", fmt.Errorf("%s: %w", path, err)
 		}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/cmd/prebake/app"
 	"github.com/prebake-dev/prebake/imagecatalog"
-	"github.com/prebake-dev/prebake/internal/serve"
 )
 
 func newImagesPublishCommand() *cobra.Command {
@@ -451,14 +451,14 @@ PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.
 func joinCanary(cmd *cobra.Command, deps imagesDeps, opts *imagecatalog.RefreshOptions, group string, timeout, poll time.Duration, dryRun bool, progress io.Writer) (stop func(), err error) {
 	path, _ := cmd.Flags().GetString("config")
 	if dryRun {
-		provider, err := serve.CheckCanaryGroup(path, group)
+		provider, err := app.CheckCanaryGroup(path, group)
 		if err != nil {
 			return nil, err
 		}
 		opts.Canary = describedCanary(autoscaling.CanaryDescription(provider, group, timeout))
 		return func() {}, nil
 	}
-	c, err := serve.NewCanary(cmd.Context(), serve.CanaryOptions{
+	c, err := app.NewCanary(cmd.Context(), app.CanaryOptions{
 		ConfigPath: path, Group: group, Kube: deps.kube,
 		Canary: autoscaling.CanaryOptions{Timeout: timeout, Poll: poll, Progress: progress},
 		Logger: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn})),

@@ -9,12 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/prebake-dev/prebake/internal/serve"
+	"github.com/prebake-dev/prebake/cmd/prebake/app"
 )
 
 func newServeCommand() *cobra.Command {
 	var (
-		o         serve.Options
+		o         app.Options
 		logLevel  string
 		logFormat string
 	)
@@ -38,7 +38,7 @@ signed by that CA (mTLS) and reloads all three files when they change.`,
 			o.Logger = log
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return serve.Run(ctx, o)
+			return app.Run(ctx, o)
 		},
 	}
 	f := cmd.Flags()

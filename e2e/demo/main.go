@@ -33,11 +33,11 @@ import (
 
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/deploy"
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/e2e/serveproc"
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/timeline"
 	"github.com/prebake-dev/prebake/e2e/wait"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/kwok"
 )
@@ -126,8 +126,8 @@ func demo(ctx context.Context, c *clock, cfgPath string, pods int, cpu string) e
 	if err != nil {
 		return err
 	}
-	c.printf("bringing up the %s control plane (the first run builds it from Go modules: 5–20 min)", cluster.BackendName())
-	backend, err := cluster.NewBackend(ctx, "", cluster.Options{Dir: filepath.Join(dir, "cluster"), Out: c})
+	c.printf("bringing up the %s control plane (the first run builds it from Go modules: 5–20 min)", kubetest.BackendName())
+	backend, err := kubetest.NewBackend(ctx, "", kubetest.Options{Dir: filepath.Join(dir, "cluster"), Out: c})
 	if err != nil {
 		return err
 	}

@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
 	"github.com/prebake-dev/prebake/e2e/serveproc"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/mesh"
 )
 
@@ -56,11 +56,11 @@ type env struct {
 // per cluster.
 func startClusters(t *testing.T, ctx context.Context, n int) *env {
 	out := logWriter{t}
-	bins, err := cluster.Build(ctx, cluster.BuildOptions{Out: out})
-	cluster.SkipIfUnavailable(t, err)
+	bins, err := kubetest.Build(ctx, kubetest.BuildOptions{Out: out})
+	kubetest.SkipIfUnavailable(t, err)
 	root := t.TempDir()
 
-	etcd, err := cluster.NewEtcd(cluster.EtcdOptions{Binaries: bins, Dir: filepath.Join(root, "etcd"), Out: out})
+	etcd, err := kubetest.NewEtcd(kubetest.EtcdOptions{Binaries: bins, Dir: filepath.Join(root, "etcd"), Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +69,9 @@ func startClusters(t *testing.T, ctx context.Context, n int) *env {
 	}
 	t.Cleanup(func() { _ = etcd.Stop(context.Background()) })
 
-	hs := make([]*cluster.Hermetic, n)
+	hs := make([]*kubetest.Hermetic, n)
 	for i := range hs {
-		hs[i], err = cluster.NewHermetic(cluster.HermeticOptions{
+		hs[i], err = kubetest.NewHermetic(kubetest.HermeticOptions{
 			Binaries: bins, Dir: filepath.Join(root, fmt.Sprintf("c%d", i+1)), Out: out,
 			EtcdServers: etcd.URL(), EtcdPrefix: fmt.Sprintf("/c%d", i+1), APIServerOnly: true,
 		})

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/bootstrap"
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 )
 
@@ -55,7 +55,7 @@ type env struct {
 	engine  *engine
 	network string
 	gateway string
-	cluster *cluster.Hermetic
+	cluster *kubetest.Hermetic
 	kube    kubernetes.Interface
 	image   baseimage.Image
 	comps   []bootstrap.Component
@@ -73,7 +73,7 @@ func setup(ctx context.Context, t *testing.T, name string) *env {
 	}
 	e := &env{t: t, name: name, engine: newEngine(t, name), network: name}
 
-	img, err := baseimage.Ensure(ctx, e.engine.c, baseimage.Options{Out: cluster.TestLog{T: t}})
+	img, err := baseimage.Ensure(ctx, e.engine.c, baseimage.Options{Out: kubetest.TestLog{T: t}})
 	if errors.Is(err, baseimage.ErrPrerequisite) {
 		missingPrereq(t, err.Error())
 	}
@@ -87,11 +87,11 @@ func setup(ctx context.Context, t *testing.T, name string) *env {
 		e.engine.images = append(e.engine.images, img.ID)
 	}
 
-	build := cluster.BuildOptions{Out: cluster.TestLog{T: t}}
-	bins, err := cluster.Build(ctx, build)
-	cluster.SkipIfUnavailable(t, err)
-	nodeBins, err := cluster.BuildNodeBinaries(ctx, build)
-	cluster.SkipIfUnavailable(t, err)
+	build := kubetest.BuildOptions{Out: kubetest.TestLog{T: t}}
+	bins, err := kubetest.Build(ctx, build)
+	kubetest.SkipIfUnavailable(t, err)
+	nodeBins, err := kubetest.BuildNodeBinaries(ctx, build)
+	kubetest.SkipIfUnavailable(t, err)
 
 	if e.gateway, err = e.engine.createNetwork(ctx, e.network); err != nil {
 		t.Fatal(err)
@@ -99,9 +99,9 @@ func setup(ctx context.Context, t *testing.T, name string) *env {
 	e.comps = e.serveBinaries(nodeBins)
 	e.comps = append(e.comps, e.aptComponents(ctx)...)
 
-	h, err := cluster.NewHermetic(cluster.HermeticOptions{
-		Binaries: bins, Dir: filepath.Join(t.TempDir(), "cluster"), Out: cluster.TestLog{T: t},
-		Join: &cluster.JoinOptions{Address: e.gateway, Kubeadm: nodeBins.Kubeadm},
+	h, err := kubetest.NewHermetic(kubetest.HermeticOptions{
+		Binaries: bins, Dir: filepath.Join(t.TempDir(), "cluster"), Out: kubetest.TestLog{T: t},
+		Join: &kubetest.JoinOptions{Address: e.gateway, Kubeadm: nodeBins.Kubeadm},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func setup(ctx context.Context, t *testing.T, name string) *env {
 
 // serveBinaries serves kubelet, kubeadm and the CNI plugins from the network's gateway (the
 // stand-in for the upstream download) and returns them as binary components.
-func (e *env) serveBinaries(bins cluster.NodeBinaries) []bootstrap.Component {
+func (e *env) serveBinaries(bins kubetest.NodeBinaries) []bootstrap.Component {
 	t := e.t
 	files := map[string]string{"/kubelet": bins.Kubelet, "/kubeadm": bins.Kubeadm}
 	var comps []bootstrap.Component
@@ -144,10 +144,10 @@ func (e *env) serveBinaries(bins cluster.NodeBinaries) []bootstrap.Component {
 		files["/"+name] = src
 		comps = append(comps, bootstrap.Component{Name: name, Version: version, SHA256: fileSHA256(t, src), Path: dst})
 	}
-	add("kubelet", cluster.KubernetesVersion, bins.Kubelet, "/usr/bin/kubelet")
-	add("kubeadm", cluster.KubernetesVersion, bins.Kubeadm, "/usr/bin/kubeadm")
+	add("kubelet", kubetest.KubernetesVersion, bins.Kubelet, "/usr/bin/kubelet")
+	add("kubeadm", kubetest.KubernetesVersion, bins.Kubeadm, "/usr/bin/kubeadm")
 	for _, p := range slices.Sorted(maps.Keys(bins.CNIPlugins)) {
-		add("cni-"+p, cluster.CNIPluginsVersion, bins.CNIPlugins[p], "/opt/cni/bin/"+p)
+		add("cni-"+p, kubetest.CNIPluginsVersion, bins.CNIPlugins[p], "/opt/cni/bin/"+p)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(e.gateway, "0"))
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prebake-dev/prebake/e2e/spawn"
+	"github.com/prebake-dev/prebake/internal/kubetest/spawn"
 )
 
 // Build compiles ./cmd/prebake of the module at moduleDir into dir and returns the binary's

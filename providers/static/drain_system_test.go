@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers/static/statictest"
 )
 
@@ -36,7 +36,7 @@ func TestDeleteDrainsRealNode(t *testing.T) {
 	}
 
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "metal-node", Annotations: map[string]string{cluster.KwokNodeAnnotation: cluster.KwokNodeAnnotationValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: "metal-node", Annotations: map[string]string{kubetest.KwokNodeAnnotation: kubetest.KwokNodeAnnotationValue}},
 		Spec:       corev1.NodeSpec{ProviderID: in.ProviderID},
 	}
 	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prebake-dev/prebake/e2e/spawn"
+	"github.com/prebake-dev/prebake/internal/kubetest/spawn"
 )
 
 // missing skips t with one line, or fails it under CI=true.

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prebake-dev/prebake/e2e/spawn"
+	"github.com/prebake-dev/prebake/internal/kubetest/spawn"
 )
 
 const (

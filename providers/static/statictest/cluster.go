@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the cluster's writers and the
@@ -41,30 +41,30 @@ type Cluster struct {
 	Kubeconfig string
 }
 
-// StartCluster starts a hermetic control plane (e2e/cluster: etcd,
+// StartCluster starts a hermetic control plane (internal/kubetest: etcd,
 // kube-apiserver and the rest, on loopback) for the test and returns its
 // admin client config and kubeconfig; it stops at the test's cleanup. It needs the
-// binaries cached by `go run ./e2e/cluster/cmd/e2e-cluster build`: without
+// binaries cached by `go run ./internal/kubetest/cmd/e2e-cluster build`: without
 // them the test skips with one line, except under CI=true, where they are
 // built (or the test fails).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	dir, err := cluster.DefaultCacheDir()
+	dir, err := kubetest.DefaultCacheDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, stampErr := os.Stat(filepath.Join(dir, "stamp"))
 	if stampErr != nil && os.Getenv("CI") != "true" {
-		t.Skipf("skipping: needs the hermetic control plane in %s (go run ./e2e/cluster/cmd/e2e-cluster build)", dir)
+		t.Skipf("skipping: needs the hermetic control plane in %s (go run ./internal/kubetest/cmd/e2e-cluster build)", dir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	out := &syncBuffer{}
-	bins, err := cluster.Build(ctx, cluster.BuildOptions{Out: out})
+	bins, err := kubetest.Build(ctx, kubetest.BuildOptions{Out: out})
 	if err != nil {
 		t.Fatalf("control-plane binaries: %v\n%s", err, out)
 	}
-	h, err := cluster.NewHermetic(cluster.HermeticOptions{Binaries: bins, Dir: t.TempDir(), Out: out})
+	h, err := kubetest.NewHermetic(kubetest.HermeticOptions{Binaries: bins, Dir: t.TempDir(), Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}

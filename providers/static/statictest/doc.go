@@ -1,7 +1,7 @@
 // Package statictest holds the system-test fixtures of the static provider:
 // real sshd "machines" in a network namespace the test creates (NewPool),
 // and a real API server for claims (StartCluster). Tests of
-// providers/static and internal/serve share them.
+// providers/static and cmd/prebake/app share them.
 //
 // Invariants: every namespace, veth, process and file a fixture makes is
 // removed at the test's cleanup; traffic goes only to addresses inside

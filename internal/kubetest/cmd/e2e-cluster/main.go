@@ -1,10 +1,10 @@
 // Command e2e-cluster builds and runs the e2e cluster outside of tests, for `make demo` and
 // for poking at a cluster by hand:
 //
-//	go run ./e2e/cluster/cmd/e2e-cluster build          # build or reuse the binaries
-//	go run ./e2e/cluster/cmd/e2e-cluster build-node     # build or reuse kubelet and kubeadm
-//	go run ./e2e/cluster/cmd/e2e-cluster up [-dir D]    # start; Ctrl-C stops it
-//	go run ./e2e/cluster/cmd/e2e-cluster reap -dir D    # kill what a killed `up` left
+//	go run ./internal/kubetest/cmd/e2e-cluster build          # build or reuse the binaries
+//	go run ./internal/kubetest/cmd/e2e-cluster build-node     # build or reuse kubelet and kubeadm
+//	go run ./internal/kubetest/cmd/e2e-cluster up [-dir D]    # start; Ctrl-C stops it
+//	go run ./internal/kubetest/cmd/e2e-cluster reap -dir D    # kill what a killed `up` left
 //
 // `up` prints the KUBECONFIG to use and runs in the foreground until SIGINT or SIGTERM, so no
 // cluster outlives it. PREBAKE_E2E_BACKEND picks the backend as in the tests.
@@ -20,7 +20,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/prebake-dev/prebake/e2e/cluster"
+	"github.com/prebake-dev/prebake/internal/kubetest"
 )
 
 func main() {
@@ -45,23 +45,23 @@ func run(args []string) error {
 
 	switch args[0] {
 	case "build":
-		bins, err := cluster.Build(ctx, cluster.BuildOptions{Out: os.Stderr})
+		bins, err := kubetest.Build(ctx, kubetest.BuildOptions{Out: os.Stderr})
 		if err != nil {
 			return err
 		}
 		fmt.Println(filepath.Dir(bins.KubeAPIServer))
 		return nil
 	case "build-node":
-		bins, err := cluster.BuildNodeBinaries(ctx, cluster.BuildOptions{Out: os.Stderr})
+		bins, err := kubetest.BuildNodeBinaries(ctx, kubetest.BuildOptions{Out: os.Stderr})
 		if err != nil {
 			return err
 		}
 		fmt.Println(filepath.Dir(bins.Kubelet))
 		return nil
 	case "reap":
-		return cluster.ReapStale(*dir)
+		return kubetest.ReapStale(*dir)
 	case "up":
-		b, err := cluster.NewBackend(ctx, "", cluster.Options{Dir: *dir, Out: os.Stderr})
+		b, err := kubetest.NewBackend(ctx, "", kubetest.Options{Dir: *dir, Out: os.Stderr})
 		if err != nil {
 			return err
 		}

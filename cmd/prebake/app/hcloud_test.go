@@ -1,4 +1,4 @@
-package serve
+package app
 
 import (
 	"net/http"
@@ -21,7 +21,7 @@ func TestServeHcloudExample(t *testing.T) {
 	t.Setenv("HCLOUD_TOKEN", "serve-test-token")
 	f := hcloudfake.New(hcloudfake.Options{Token: "serve-test-token"})
 	t.Cleanup(f.Close)
-	example, err := os.ReadFile("../../examples/hcloud.yaml")
+	example, err := os.ReadFile("../../../examples/hcloud.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

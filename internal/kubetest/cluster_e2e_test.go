@@ -1,6 +1,6 @@
 //go:build e2e
 
-package cluster
+package kubetest
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // PREBAKE_E2E_BACKEND, runs a pod on a kwok node and stops the cluster, checking that no
 // process survives. Run it with:
 //
-//	go test -tags e2e -run . -v ./e2e/cluster/ -timeout 40m
+//	go test -tags e2e -run . -v ./internal/kubetest/ -timeout 40m
 func TestBackendEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()

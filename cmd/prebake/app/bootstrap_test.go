@@ -1,4 +1,4 @@
-package serve
+package app
 
 import (
 	"os"
@@ -25,7 +25,7 @@ func TestServeRendersBootstrapUserData(t *testing.T) {
 	t.Setenv("HCLOUD_TOKEN", "serve-test-token")
 	f := hcloudfake.New(hcloudfake.Options{Token: "serve-test-token"})
 	t.Cleanup(f.Close)
-	example, err := os.ReadFile("../../examples/hcloud.yaml")
+	example, err := os.ReadFile("../../../examples/hcloud.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

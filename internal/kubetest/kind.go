@@ -1,4 +1,4 @@
-package cluster
+package kubetest
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/prebake-dev/prebake/e2e/spawn"
+	"github.com/prebake-dev/prebake/internal/kubetest/spawn"
 )
 
 // EnvKindImage overrides the kind node image (default kindest/node:<KubernetesVersion>).

@@ -1,4 +1,4 @@
-// Package serve assembles a running prebake server from a validated config:
+// Package app assembles a running prebake server from a validated config:
 // providers, the autoscaling core, the gRPC service with health checks, and
 // the HTTP endpoints /healthz, /readyz and /metrics. cmd/prebake only parses
 // flags and calls Run.
@@ -6,7 +6,7 @@
 // Invariants: the config is fully validated and every provider built before
 // anything listens; plaintext gRPC is refused off loopback unless Insecure;
 // shutdown drains in-flight creations before the process exits.
-package serve
+package app
 
 import (
 	"context"

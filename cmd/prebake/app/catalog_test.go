@@ -1,4 +1,4 @@
-package serve
+package app
 
 import (
 	"testing"
@@ -15,7 +15,7 @@ import (
 // image-refresh CronJob writes, through the cluster client serve already has.
 func TestCatalogFromConfigMap(t *testing.T) {
 	t.Parallel()
-	cat, _, err := imagecatalog.FileStore{Path: "../../examples/kwok-catalog.yaml"}.Load(t.Context())
+	cat, _, err := imagecatalog.FileStore{Path: "../../../examples/kwok-catalog.yaml"}.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package kubetest
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/prebake-dev/prebake/e2e/spawn"
+	"github.com/prebake-dev/prebake/internal/kubetest/spawn"
 )
 
 // Component names. They are also the binary names, the log file names (logs/<name>.log) and

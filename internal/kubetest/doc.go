@@ -1,4 +1,4 @@
-// Package cluster provides the Kubernetes clusters that prebake's e2e tests and `make demo`
+// Package kubetest provides the Kubernetes clusters that prebake's e2e tests and `make demo`
 // run against, behind one small interface, Backend.
 //
 //   - Hermetic (the default) runs etcd, kube-apiserver, kube-controller-manager,
@@ -30,4 +30,4 @@
 // kubernetes service" at every start, because --endpoint-reconciler-type=none always reports
 // success; etcd, kwok and the scheduler log errors such as "server closed" and "finished
 // without leader elect" when Stop terminates them.
-package cluster
+package kubetest

@@ -1,4 +1,4 @@
-package cluster
+package kubetest
 
 import (
 	"bufio"
@@ -398,7 +398,7 @@ func (b *builder) writeStages(ctx context.Context, dst string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "# kwok %s stock stages, concatenated by prebake's e2e/cluster.Build.\n", KwokVersion)
+	fmt.Fprintf(&buf, "# kwok %s stock stages, concatenated by prebake's kubetest.Build.\n", KwokVersion)
 	for _, rel := range kwokStageFiles {
 		data, err := os.ReadFile(filepath.Join(mod.Dir, rel))
 		if err != nil {

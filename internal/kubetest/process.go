@@ -1,4 +1,4 @@
-package cluster
+package kubetest
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prebake-dev/prebake/e2e/spawn"
+	"github.com/prebake-dev/prebake/internal/kubetest/spawn"
 )
 
 const (

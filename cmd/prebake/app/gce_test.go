@@ -1,4 +1,4 @@
-package serve
+package app
 
 import (
 	"os"
@@ -22,7 +22,7 @@ import (
 func TestServeGceExample(t *testing.T) {
 	f := gcefake.New(gcefake.Options{Project: "my-project", OperationDelay: 50 * time.Millisecond})
 	t.Cleanup(f.Close)
-	example, err := os.ReadFile("../../examples/gce.yaml")
+	example, err := os.ReadFile("../../../examples/gce.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package serve
+package app
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ func TestServeStaticExample(t *testing.T) {
 	reset := filepath.Join(dir, "reset.sh")
 	statictest.WriteFile(t, reset, sp.MarkerScript("reset"), 0o600)
 
-	example, err := os.ReadFile("../../examples/static.yaml")
+	example, err := os.ReadFile("../../../examples/static.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
