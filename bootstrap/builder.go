@@ -32,9 +32,9 @@ type BuilderInput struct {
 	// RecordHostCommands is Options.RecordHostCommands: a chroot test records sysctl,
 	// modprobe and systemctl instead of running them.
 	RecordHostCommands bool
-	// Report is how the report leaves the builder: ReportOverSSH or
-	// ReportToGCEGuestAttribute. "" picks the provider's: the guest attribute on gce, SSH
-	// elsewhere.
+	// Report is how the report leaves the builder: ReportOverSSH, ReportToGCEGuestAttribute
+	// or ReportToFile. "" picks the provider's: the guest attribute on gce, the file on
+	// docker, SSH elsewhere.
 	Report string
 }
 
@@ -48,6 +48,10 @@ const (
 	// seal once cloud-init is done and PUTs the report to the guest attribute
 	// GCEReportAttribute, which prebake reads with instances.getGuestAttributes.
 	ReportToGCEGuestAttribute = "gce-guest-attributes"
+	// ReportToFile: the cloud-config installs, then starts the same waiter, which seals once
+	// cloud-init is done and leaves the report at BuildReportPath; the provider reads it out
+	// of the machine (docker: the engine's archive API on the builder container).
+	ReportToFile = "file"
 )
 
 // GCEReportAttribute is the guest attribute (namespace/key) a GCE builder's report is put to.
@@ -74,12 +78,13 @@ const (
 )
 
 // BuilderRunCmd is the builder's cloud-config runcmd for a report transport: the install
-// step, and on GCE the waiter that seals and reports once cloud-init is done. cloud-init goes
-// on after a failed entry, so a failed install is still cleaned up and reported.
+// step, and for the guest attribute and the file the waiter that seals and reports once
+// cloud-init is done. cloud-init goes on after a failed entry, so a failed install is still
+// cleaned up and reported.
 func BuilderRunCmd(report string) [][]string {
 	cmds := [][]string{{"sh", BuilderScriptPath, "install"}}
-	if report == ReportToGCEGuestAttribute {
-		cmds = append(cmds, []string{"sh", BuilderScriptPath, "seal-later", ReportToGCEGuestAttribute})
+	if report == ReportToGCEGuestAttribute || report == ReportToFile {
+		cmds = append(cmds, []string{"sh", BuilderScriptPath, "seal-later", report})
 	}
 	return cmds
 }
@@ -163,6 +168,8 @@ func (in BuilderInput) report() string {
 		return in.Report
 	case in.Provider == "gce":
 		return ReportToGCEGuestAttribute
+	case in.Provider == "docker":
+		return ReportToFile
 	}
 	return ReportOverSSH
 }
@@ -174,8 +181,8 @@ func (in BuilderInput) validate() (Input, error) {
 	if !providerName.MatchString(in.Provider) {
 		bad("provider %q: want a provider name such as hcloud or gce", in.Provider)
 	}
-	if r := in.Report; r != "" && r != ReportOverSSH && r != ReportToGCEGuestAttribute {
-		bad("report %q: want %s or %s (or empty for the provider's)", r, ReportOverSSH, ReportToGCEGuestAttribute)
+	if r := in.Report; r != "" && r != ReportOverSSH && r != ReportToGCEGuestAttribute && r != ReportToFile {
+		bad("report %q: want %s, %s or %s (or empty for the provider's)", r, ReportOverSSH, ReportToGCEGuestAttribute, ReportToFile)
 	}
 	if len(in.Components) == 0 {
 		bad("components: at least one is required (a builder with nothing to install makes no image)")

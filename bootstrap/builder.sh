@@ -12,10 +12,12 @@
 #            report, and print the report on stdout (and nothing else); before that, exit 75.
 #            Waiting for cloud-init matters: its final stage writes instance state after
 #            runcmd, which must not stay in the image. On Hetzner prebake runs it over SSH;
-#   seal-later gce-guest-attributes
+#   seal-later gce-guest-attributes|file
 #            start a waiter outside cloud-init that runs seal when it can and PUTs the report
-#            to the metadata server's guest attribute prebake/report, where prebake reads it.
-# The cloud-config runs install (and on GCE seal-later); a failed install is still cleaned
+#            to the metadata server's guest attribute prebake/report, where prebake reads it
+#            (GCE), or leaves it at $BUILD_REPORT, where prebake reads it out of the machine
+#            (docker).
+# The cloud-config runs install (and on GCE and docker seal-later); a failed install is still cleaned
 # and reported, with status "failed".
 # The report says what is there, never what was asked for: the recipe only says where to
 # look (a package name, a path) and which sha256 is which release.
@@ -60,6 +62,8 @@ builder_cleanup() {
 	rm -f /root/.ssh/authorized_keys /home/*/.ssh/authorized_keys
 	rm -rf /var/lib/cloud/instance /var/lib/cloud/instances /var/lib/cloud/data/instance-id \
 		/var/lib/cloud/data/previous-instance-id /var/lib/cloud/sem
+	# A NoCloud seed (the docker provider writes the builder's there): every machine gets its own.
+	rm -rf /var/lib/cloud/seed/nocloud
 	if command -v apt-get >/dev/null 2>&1; then apt-get clean; fi
 	rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/*
 	# Logs: rotated ones go, the rest are emptied (a running daemon keeps its file open).
@@ -265,6 +269,7 @@ builder_seal_wait() { # transport
 	mv -f "$report_out.tmp" "$report_out"
 	case "$1" in
 	gce-guest-attributes) put_gce_guest_attribute "$report_out" ;;
+	file) ;; # seal wrote it to $BUILD_REPORT, where the provider reads it
 	*)
 		echo "prebake-builder: unknown report transport '$1'" >&2
 		return 2
@@ -278,9 +283,9 @@ builder_seal_wait() { # transport
 # goes to /run (not /var/log, which is in the image).
 builder_seal_later() { # transport
 	case "$1" in
-	gce-guest-attributes) ;;
+	gce-guest-attributes | file) ;;
 	*)
-		echo "prebake-builder: seal-later: unknown report transport '$1': want gce-guest-attributes" >&2
+		echo "prebake-builder: seal-later: unknown report transport '$1': want gce-guest-attributes or file" >&2
 		return 2
 		;;
 	esac

@@ -184,3 +184,52 @@ func TestBuilderSealLaterPutsGuestAttribute(t *testing.T) {
 		t.Errorf("seal-later labels = %v, %s; want a refusal naming the transport", err, out)
 	}
 }
+
+// TestBuilderSealLaterLeavesFile: with the file transport (docker) the waiter seals once
+// cloud-init is done and leaves the report at BUILD_REPORT, where the provider reads it out of
+// the container; before that there is none.
+func TestBuilderSealLaterLeavesFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := sealScript(t, dir)
+	writeTestFile(t, filepath.Join(dir, "status.json"), `{"version":1,"provider":"docker","node":"prebake-builder","result":"ok","installed":[],"phases":[]}`)
+	out, err := exec.Command("sh", script, "seal-later", ReportToFile).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "seal-wait file started") {
+		t.Fatalf("seal-later file: %v\n%s", err, out)
+	}
+	report := filepath.Join(dir, "report.json")
+	tried := filepath.Join(dir, "sealed.json.tmp")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(tried); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "seal.log"))
+			t.Fatalf("the waiter never asked seal within 30 s; its log:\n%s", log)
+		}
+	}
+	if _, err := os.Stat(report); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a report exists before cloud-init was done (stat: %v)", err)
+	}
+	writeTestFile(t, filepath.Join(dir, "boot-finished"), "")
+	sealed := filepath.Join(dir, "sealed.json")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(sealed); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "seal.log"))
+			t.Fatalf("the waiter did not seal within 60 s of boot-finished; its log:\n%s", log)
+		}
+	}
+	got, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"status":"done","observed":{},"hygiene":{}}` + "\n"; string(got) != want {
+		t.Errorf("report %q, want %q", got, want)
+	}
+	if s, _ := os.ReadFile(filepath.Join(dir, "steps")); string(s) != "cleaned\nreported\n" {
+		t.Errorf("the waiter ran %q, want cleanup then report", s)
+	}
+}

@@ -75,6 +75,8 @@ func TestRenderBuilderCloudConfig(t *testing.T) {
 		{provider: "gce", runcmd: [][]string{install, {"sh", BuilderScriptPath, "seal-later", "gce-guest-attributes"}}},
 		{provider: "gce", report: ReportOverSSH, runcmd: [][]string{install}},
 		{provider: "hcloud", report: ReportToGCEGuestAttribute, runcmd: [][]string{install, {"sh", BuilderScriptPath, "seal-later", "gce-guest-attributes"}}},
+		{provider: "docker", runcmd: [][]string{install, {"sh", BuilderScriptPath, "seal-later", "file"}}},
+		{provider: "docker", report: ReportOverSSH, runcmd: [][]string{install}},
 	} {
 		in := validBuilderInput()
 		in.Provider, in.Report = tc.provider, tc.report
