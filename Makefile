@@ -88,6 +88,7 @@ fuzz: ## run each fuzz test for 20s
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/kwok/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/hcloud/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/static/providerid/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/docker/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./providers/gce/providerid/
 	$(GO) test -run '^$$' -fuzz FuzzParseFilter -fuzztime 20s ./providers/gce/gcefake/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./mesh/

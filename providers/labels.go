@@ -17,6 +17,10 @@ const (
 	TaintCanary = "prebake.dev/canary"
 	// LabelMachine is the machine name the core chose, on cloud resources.
 	LabelMachine = "prebake.dev/machine"
+	// LabelLabelsOf marks a docker provider label record: a tiny image whose
+	// labels stand for those of the catalog image named by the value, since
+	// a Docker image's own labels can't change.
+	LabelLabelsOf = "prebake.dev/labels-of"
 
 	// Standard Kubernetes node labels.
 	LabelHostname     = "kubernetes.io/hostname"

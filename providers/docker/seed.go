@@ -1,0 +1,91 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/prebake-dev/prebake/bootstrap"
+)
+
+// cloud-init's NoCloud data source reads its seed from this directory; the
+// provider writes it into the container before the container starts, so the
+// first boot's cloud-init runs the request's user-data, as on a cloud.
+const (
+	SeedDir               = "/var/lib/cloud/seed/nocloud"
+	seedUserDataPath      = SeedDir + "/user-data"
+	seedMetaDataPath      = SeedDir + "/meta-data"
+	seedNetworkConfigPath = SeedDir + "/network-config"
+)
+
+// seedNetworkConfig turns cloud-init's network configuration off: the engine
+// configures the container's interface, and cloud-init's fallback (DHCP on
+// eth0) would wait for a DHCP server that a Docker network does not have.
+const seedNetworkConfig = "network:\n  config: disabled\n"
+
+// KubeletCapacityPatch is the kubeadm patch (a JSON merge patch of the
+// KubeletConfiguration, applied at kubeadm join with the rendered one) that
+// reserves the host's CPUs and memory beyond the machine type's, so the
+// node's allocatable is the machine type's (see docs/docker.md).
+const KubeletCapacityPatch = bootstrap.KubeadmPatchesDir + "/kubeletconfigurationdockercapacity+merge.yaml"
+
+// seedFile is one file of the seed archive.
+type seedFile struct {
+	path string // absolute, inside the container
+	mode int64
+	body []byte
+}
+
+// nocloudSeed is what cloud-init's NoCloud data source reads: the user-data
+// as given (it may hold join secrets: it is written 0600 and never logged)
+// and meta-data naming the instance and its hostname.
+func nocloudSeed(name string, userData []byte) []seedFile {
+	meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", name, name)
+	return []seedFile{
+		{seedMetaDataPath, 0o644, []byte(meta)},
+		{seedUserDataPath, 0o600, userData},
+		{seedNetworkConfigPath, 0o644, []byte(seedNetworkConfig)},
+	}
+}
+
+// kubeletPatch reserves what the host has beyond the machine type: a kubelet
+// in a container reports the host's CPUs and memory as its capacity, and
+// allocatable is capacity less the reservations.
+func kubeletPatch(host hostInfo, milliCPU, memoryBytes, maxPods int64) seedFile {
+	var b strings.Builder
+	b.WriteString("# prebake docker provider: this kubelet reports the host's CPUs and memory as capacity;\n")
+	b.WriteString("# systemReserved holds back the part beyond the machine type, so allocatable is the machine type's.\n")
+	fmt.Fprintf(&b, "systemReserved:\n  cpu: %dm\n  memory: \"%d\"\n", max(host.milliCPU-milliCPU, 0), max(host.memoryBytes-memoryBytes, 0))
+	if maxPods > 0 {
+		fmt.Fprintf(&b, "maxPods: %d\n", maxPods)
+	}
+	return seedFile{KubeletCapacityPatch, 0o644, []byte(b.String())}
+}
+
+// seedArchive is the tar that CopyToContainer unpacks at "/". It holds files
+// only: the engine makes missing parent directories (0755, root), and an
+// existing directory keeps its owner and mode.
+func seedArchive(files []seedFile, now time.Time) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		if !path.IsAbs(f.path) {
+			return nil, fmt.Errorf("seed file %q: want an absolute path", f.path)
+		}
+		hdr := &tar.Header{Name: strings.TrimPrefix(f.path, "/"), Mode: f.mode, Size: int64(len(f.body)),
+			ModTime: now, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("seed file %s: %w", f.path, err)
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			return nil, fmt.Errorf("seed file %s: %w", f.path, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
