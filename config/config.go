@@ -106,6 +106,7 @@ type Providers struct {
 	Hcloud *HcloudProvider `yaml:"hcloud"`
 	Gce    *GceProvider    `yaml:"gce"`
 	Static *StaticProvider `yaml:"static"`
+	Docker *DockerProvider `yaml:"docker"`
 }
 
 // Names returns the keys of the configured providers, in field order.

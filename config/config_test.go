@@ -306,7 +306,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name:  "an unknown provider lists hcloud",
 			in:    edit(t, "kwok: {}", "kwok: {}\n  openstack: {}"),
-			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud, gce, static)`,
+			exact: `test.yaml:6: unknown field "openstack" in providers (available providers: kwok, hcloud, gce, static, docker)`,
 		},
 		{
 			name:  "hcloud token inline is refused",
@@ -526,7 +526,7 @@ func TestParseErrors(t *testing.T) {
 			name: "no provider",
 			in:   edit(t, "providers:\n  kwok: {}\n", "providers: {}\n"),
 			want: []string{
-				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud, gce, static)`,
+				`test.yaml:4: no provider is configured; add one under providers, such as "kwok: {}" (available: kwok, hcloud, gce, static, docker)`,
 				`test.yaml:7: node group "small": provider "kwok" is not configured; add it under providers`,
 			},
 			count: 2,

@@ -45,6 +45,7 @@ func (c *Config) applyDefaults(set map[string]bool) {
 		c.Providers.Kwok = &KwokProvider{}
 	}
 	c.applyStaticDefaults(set)
+	c.applyDockerDefaults(set)
 	c.applyBootstrapDefaults(set)
 	if h := c.Providers.Hcloud; h != nil && unset("providers.hcloud.image") {
 		h.Image = defaultHcloudImage

@@ -185,6 +185,9 @@ func (v *validator) providers() {
 	if s := v.c.Providers.Static; s != nil {
 		v.static(s)
 	}
+	if d := v.c.Providers.Docker; d != nil {
+		v.docker(d)
+	}
 }
 
 func (v *validator) hcloud(h *HcloudProvider) {
@@ -440,6 +443,8 @@ func (v *validator) groupMachineType(p, name string, g NodeGroup) {
 		list = v.c.Providers.Kwok.MachineTypes
 	case g.Provider == "static" && v.c.Providers.Static != nil:
 		list = v.c.Providers.Static.MachineTypes
+	case g.Provider == "docker" && v.c.Providers.Docker != nil:
+		list = v.c.Providers.Docker.MachineTypes
 	}
 	if len(list) == 0 {
 		return
