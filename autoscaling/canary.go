@@ -75,7 +75,7 @@ func NewJoinCanary(c *Core, nodes kubernetes.Interface, group string, o CanaryOp
 	if nodes == nil {
 		return nil, fmt.Errorf("canary group %q: no cluster to watch its Node in: give the kubeconfig of the cluster its machines join (the provider's kubeconfig or bootstrap.kubeconfig, $KUBECONFIG, or in-cluster)", group)
 	}
-	if g.provider.Images() == nil {
+	if !g.provider.Capabilities().BootsImages {
 		return nil, fmt.Errorf("canary group %q: provider %q can't boot custom images, so it can't boot the image under test; pick a group of a provider that can", group, g.provider.Name())
 	}
 	if o.Timeout <= 0 {
@@ -247,7 +247,7 @@ func (c *Core) createError(inst *instance) *providers.InstanceError {
 // user-data, whose node script annotates the Node with what it did.
 func (c *Core) rendersBootstrap(g *group) bool {
 	_, ok := c.opts.UserData.(*BootstrapUserData)
-	return ok && len(g.spec.UserData) == 0 && !noUserDataProviders[g.provider.Name()]
+	return ok && len(g.spec.UserData) == 0 && g.provider.Capabilities().UserData != providers.UserDataNone
 }
 
 // canarySight is what the canary saw of its machine and Node at one moment.

@@ -256,10 +256,7 @@ func (c *Core) newGroup(ctx context.Context, spec GroupSpec, p providers.Provide
 	if err != nil {
 		return nil, fmt.Errorf("node group %q: machine type %q in %q: %w", spec.ID, spec.MachineType, spec.Zone, err)
 	}
-	kind := providers.ImageRuntimeInstall
-	if images := p.Images(); images != nil && spec.ImageChannel != "" {
-		kind = images.ImageKind(spec.ImageChannel)
-	}
+	kind := p.Capabilities().ImageKind(spec.ImageChannel)
 	g := &group{spec: spec, provider: p, imageKind: kind, machineType: mt, instances: map[string]*instance{},
 		debug: fmt.Sprintf("provider=%s machineType=%s zone=%s image=%s", spec.Provider, spec.MachineType, spec.Zone, kind)}
 	g.template, err = buildTemplate(c.opts.Cluster, g, c.opts.Reserved, c.opts.GPULabel)
@@ -301,13 +298,11 @@ func (c *Core) Start(ctx context.Context) error {
 	c.runCtx.Store(&ctx)
 	for _, name := range slices.Sorted(maps.Keys(c.workers)) {
 		w := c.workers[name]
-		if r, ok := w.provider.(providers.Runner); ok {
-			c.wg.Go(func() {
-				if err := r.Run(ctx); err != nil && ctx.Err() == nil {
-					c.log.Error("provider runner stopped", "provider", name, "err", err)
-				}
-			})
-		}
+		c.wg.Go(func() {
+			if err := w.provider.Run(ctx); err != nil && ctx.Err() == nil {
+				c.log.Error("provider runner stopped", "provider", name, "err", err)
+			}
+		})
 		w.start(ctx)
 	}
 	c.Sync(ctx, true)

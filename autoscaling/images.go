@@ -100,7 +100,7 @@ func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, f
 	fail := func(reason, msg string) (string, providers.ImageKind, *Fallback) {
 		return "", providers.ImageRuntimeInstall, &Fallback{Group: g.spec.ID, Channel: ch, Reason: reason, Message: msg}
 	}
-	if g.provider.Images() == nil {
+	if !g.provider.Capabilities().BootsImages {
 		return fail(FallbackNoImageAPI, fmt.Sprintf("provider %q can't boot custom images", g.provider.Name()))
 	}
 	st := c.catalog.get()

@@ -43,8 +43,5 @@ func shapeOf(cluster string, g *group, name, providerID string, reserved provide
 // topologyLabels are the provider's own topology labels for g's location, or
 // nil when the node carries zone=<location> and the group's region.
 func topologyLabels(g *group) map[string]string {
-	if tl, ok := g.provider.(providers.TopologyLabeler); ok {
-		return tl.TopologyLabels(g.spec.Zone)
-	}
-	return nil
+	return g.provider.TopologyLabels(g.spec.Zone)
 }

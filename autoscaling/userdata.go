@@ -14,18 +14,21 @@ import (
 
 // UserDataSource renders a machine's user-data when its worker creates it:
 // off the request path, since it makes a join token in the cluster.
-// providerID is "" when the provider learns it only from Create (hcloud) or
-// at boot (static).
 type UserDataSource interface {
-	UserData(ctx context.Context, provider string, req providers.CreateRequest, providerID string) ([]byte, error)
+	UserData(ctx context.Context, m Machine) ([]byte, error)
 }
 
-// scriptProviders get the node script itself rather than #cloud-config:
-// their machines have no cloud-init datasource (static pipes it to sh -s).
-var scriptProviders = map[string]bool{"static": true}
-
-// noUserDataProviders boot nothing, so rendering would only mint tokens.
-var noUserDataProviders = map[string]bool{"kwok": true}
+// Machine is what a UserDataSource renders for.
+type Machine struct {
+	// Provider is the provider's name and Capabilities what it declares:
+	// the form of user-data its machines take, what its nodes need.
+	Provider     string
+	Capabilities providers.Capabilities
+	Request      providers.CreateRequest
+	// ProviderID is "" when the provider learns it only from Create
+	// (hcloud) or at boot (static).
+	ProviderID string
+}
 
 // BootstrapUserData renders user-data with package bootstrap: one fresh
 // join token per machine (TTL at most an hour), the cluster to join, and the
@@ -48,27 +51,29 @@ type BootstrapUserData struct {
 // Check renders once with a throwaway token, so a bad cluster or component
 // setting fails at startup rather than at the first scale-up.
 func (b *BootstrapUserData) Check() error {
-	_, err := bootstrap.Render(b.input("static", providers.CreateRequest{Name: "check"}, "", "abcdef.0123456789abcdef"))
+	_, err := bootstrap.Render(b.input(Machine{Provider: "static", Request: providers.CreateRequest{Name: "check"}}, "abcdef.0123456789abcdef"))
 	return err
 }
 
-// UserData implements UserDataSource.
-func (b *BootstrapUserData) UserData(ctx context.Context, provider string, req providers.CreateRequest, providerID string) ([]byte, error) {
-	if noUserDataProviders[provider] {
+// UserData implements UserDataSource: nothing for machines that take none
+// (no token is made), the node script for those that run it over a shell,
+// #cloud-config for the others.
+func (b *BootstrapUserData) UserData(ctx context.Context, m Machine) ([]byte, error) {
+	if m.Capabilities.UserData == providers.UserDataNone {
 		return nil, nil
 	}
 	b.cleanup(ctx)
-	tok, err := b.Tokens.CreateForNode(ctx, req.Name)
+	tok, err := b.Tokens.CreateForNode(ctx, m.Request.Name)
 	if err != nil {
 		return nil, err
 	}
-	ud, err := bootstrap.Render(b.input(provider, req, providerID, tok.Value()))
+	ud, err := bootstrap.Render(b.input(m, tok.Value()))
 	if err != nil {
 		// The token is useless now; it expires by itself if this fails too.
 		_ = b.Tokens.Delete(ctx, tok.ID)
 		return nil, err
 	}
-	if scriptProviders[provider] {
+	if m.Capabilities.UserData == providers.UserDataScript {
 		return ud.Script, nil
 	}
 	return ud.CloudConfig, nil
@@ -86,10 +91,11 @@ func (b *BootstrapUserData) RevokeJoinTokens(ctx context.Context, machine string
 	return b.Tokens.DeleteForNode(ctx, machine)
 }
 
-func (b *BootstrapUserData) input(provider string, req providers.CreateRequest, providerID, token string) bootstrap.Input {
+func (b *BootstrapUserData) input(m Machine, token string) bootstrap.Input {
+	req := m.Request
 	in := bootstrap.Input{
-		Provider: provider, Cluster: b.Cluster, JoinToken: token, NodeName: req.Name, ProviderID: providerID,
-		Labels: kubeletLabels(req.NodeLabels), Components: b.Components, Options: b.Options,
+		Provider: m.Provider, Cluster: b.Cluster, JoinToken: token, NodeName: req.Name, ProviderID: m.ProviderID,
+		Labels: kubeletLabels(req.NodeLabels), Components: b.Components, Runtime: m.Capabilities.NodeRuntime, Options: b.Options,
 	}
 	for _, t := range req.NodeTaints {
 		in.Taints = append(in.Taints, bootstrap.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
@@ -147,7 +153,8 @@ func (c *Core) userDataFor(ctx context.Context, inst *instance) ([]byte, error) 
 	if placeholder {
 		pid = ""
 	}
-	ud, err := c.opts.UserData.UserData(ctx, inst.group.provider.Name(), req, pid)
+	p := inst.group.provider
+	ud, err := c.opts.UserData.UserData(ctx, Machine{Provider: p.Name(), Capabilities: p.Capabilities(), Request: req, ProviderID: pid})
 	if err != nil {
 		return nil, fmt.Errorf("render user-data for %s: %w", req.Name, err)
 	}

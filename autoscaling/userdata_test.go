@@ -40,20 +40,24 @@ func TestUserDataIsRenderedPerMachine(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		provider   string
+		userData   providers.UserData
 		knownIDs   bool
 		wantPrefix string // "" means no user-data at all
 		wantPID    bool   // the providerID is in the kubelet patch
 	}{
-		{provider: "gce", knownIDs: true, wantPrefix: "#cloud-config", wantPID: true},
-		{provider: "hcloud", knownIDs: false, wantPrefix: "#cloud-config"},
-		{provider: "static", knownIDs: false, wantPrefix: "#!/bin/sh"},
-		{provider: "kwok", knownIDs: true},
+		{provider: "gce", userData: providers.UserDataCloudInit, knownIDs: true, wantPrefix: "#cloud-config", wantPID: true},
+		{provider: "hcloud", userData: providers.UserDataCloudInit, knownIDs: false, wantPrefix: "#cloud-config"},
+		{provider: "static", userData: providers.UserDataScript, knownIDs: false, wantPrefix: "#!/bin/sh"},
+		{provider: "kwok", userData: providers.UserDataNone, knownIDs: true},
+		// What decides is the capability, never the name.
+		{provider: "static", userData: providers.UserDataCloudInit, knownIDs: false, wantPrefix: "#cloud-config"},
+		{provider: "gce", userData: providers.UserDataNone, knownIDs: true},
 	} {
-		t.Run(tc.provider, func(t *testing.T) {
+		t.Run(tc.provider+"/"+tc.userData.String(), func(t *testing.T) {
 			t.Parallel()
 			client := kubefake.NewClientset()
 			p := fake.New()
-			p.NameValue, p.KnownIDs = tc.provider, tc.knownIDs
+			p.NameValue, p.KnownIDs, p.UserData = tc.provider, tc.knownIDs, tc.userData
 			var logs syncBuffer
 			g := GroupSpec{ID: "g1", Provider: tc.provider, MinSize: 0, MaxSize: 10, MachineType: "m1", Zone: "z1",
 				Labels: map[string]string{"tier": "batch"}, Taints: []providers.Taint{{Key: "dedicated", Value: "batch", Effect: "NoSchedule"}}}
@@ -221,5 +225,22 @@ func TestJoinTokenRevokedOnceTheNodeRegisters(t *testing.T) {
 	}
 	if after != lists {
 		t.Errorf("%d more Secret lists after an adopted machine registered and a registered one turned Ready, want none", after-lists)
+	}
+}
+
+// What a provider's nodes need (Capabilities.NodeRuntime, a container's)
+// reaches the rendered user-data.
+func TestUserDataCarriesTheNodeRuntime(t *testing.T) {
+	t.Parallel()
+	client := kubefake.NewClientset()
+	p := fake.New()
+	p.NodeRuntime = bootstrap.Runtime{SharedKernel: true, SandboxImage: "10.9.0.1:5000/pause:prebake"}
+	c := newCoreWith(t, p, func(o *Options) { o.UserData = bootstrapSource(client) },
+		GroupSpec{ID: "g1", Provider: "fake", MaxSize: 3, MachineType: "m1", Zone: "z1"})
+	if err := c.IncreaseSize("g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if ud := nthRequest(t, p, 1).UserData; !bytes.Contains(ud, []byte("10.9.0.1:5000/pause:prebake")) {
+		t.Errorf("user-data lacks the provider's sandbox image:\n%s", ud)
 	}
 }

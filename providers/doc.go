@@ -6,5 +6,7 @@
 //
 // Invariants: no cloud SDK type crosses the interface; every resource a
 // provider creates carries LabelCluster and LabelGroup; Delete of something
-// already gone is not an error.
+// already gone is not an error; what a provider's machines can do (boot
+// images, take user-data, need a container's settings) is what it declares
+// in Capabilities, never inferred from its name.
 package providers

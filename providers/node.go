@@ -29,7 +29,7 @@ type NodeShape struct {
 	Zone        string
 	Region      string
 	// Topology, when not nil, are the node's topology labels in place of
-	// Zone and Region (see TopologyLabeler).
+	// Zone and Region (see Provider.TopologyLabels).
 	Topology map[string]string
 	// Labels are the group's own labels; they win over nothing: a user label
 	// can't override the standard or ownership labels.

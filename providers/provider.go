@@ -5,16 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/prebake-dev/prebake/bootstrap"
 )
 
 // Provider is what the autoscaling core knows of a cloud. It is small on
-// purpose: value types in and out, no cloud SDK type crosses it.
+// purpose: value types in and out, no cloud SDK type crosses it. The core
+// decides by what a provider declares (Capabilities), never by its name.
 //
 // Implementations must be safe for concurrent use: the core calls Create and
 // Delete from several workers while Refresh calls List.
 type Provider interface {
-	// Name is the provider's config key ("kwok", "hcloud", "gce", "static").
+	// Name is the provider's config key ("kwok", "hcloud", "gce", "static",
+	// "docker"), for logs, metrics and errors.
 	Name() string
+
+	// Capabilities says what the provider's machines can do: boot catalog
+	// images, which user-data they take, what their nodes need.
+	Capabilities() Capabilities
 
 	// List returns every instance this plugin owns in this cluster: one paged
 	// scan filtered by the ownership labels (LabelCluster). Instances of any
@@ -23,8 +31,8 @@ type Provider interface {
 
 	// ProviderID returns the providerID a machine named name will register
 	// with, when the provider can know it before the machine exists (kwok,
-	// gce). known=false means the id is only known after Create returns
-	// (hcloud); the core then shows a placeholder until it does.
+	// gce, docker). known=false means the id is only known after Create
+	// returns (hcloud); the core then shows a placeholder until it does.
 	ProviderID(req CreateRequest) (id string, known bool)
 
 	// Create creates one machine. req.Name is chosen by the core, so a retry
@@ -40,50 +48,74 @@ type Provider interface {
 	// templates. An unknown type is an error that names it.
 	MachineType(ctx context.Context, name, location string) (MachineType, error)
 
-	// Images returns the provider's image API, or nil when the provider can't
-	// boot custom images; nil means every node uses the runtime-install path.
-	Images() ImageAPI
+	// TopologyLabels returns every topology label a node at location
+	// carries, for a provider whose nodes do not carry
+	// topology.kubernetes.io/zone=<location> and the group's region (its
+	// cloud's controllers label them otherwise); they then replace the zone
+	// and region on templates and in the kubelet's registration. nil keeps
+	// them.
+	TopologyLabels(location string) map[string]string
+
+	// Run does the provider's background work (the kwok provider
+	// materialises Nodes when a simulated boot ends) until ctx ends. The core
+	// runs it for the lifetime of the server; a provider without any returns
+	// nil at once.
+	Run(ctx context.Context) error
 
 	// Classify maps an error returned by Create (or Delete) to CA's error
 	// classes, a short stable code, and whether a retry may help.
 	Classify(err error) Classification
 }
 
-// ImageAPI is the part of a provider that boots prebaked images: a
-// provider with one boots CreateRequest.Image. The catalog's own image
-// operations (imagecatalog.ImageAPI) are implemented beside it; the core only
-// needs to know that it exists.
-type ImageAPI interface {
-	// ImageKind is the path a group booting from channel is designed for,
-	// shown on its scale-from-zero template: KindForChannel for every
-	// provider that boots catalog images. A machine's actual kind is decided
-	// when its channel resolves (or does not) at IncreaseSize.
-	ImageKind(channel string) ImageKind
+// UserData is the form of user-data a provider's machines take.
+type UserData int
+
+const (
+	// UserDataNone: the machines boot nothing (kwok); no user-data is
+	// rendered and no join token made.
+	UserDataNone UserData = iota
+	// UserDataCloudInit: the machine's first-boot agent reads it: cloud-init
+	// (#cloud-config), or Ignition where the image's OS takes Ignition.
+	UserDataCloudInit
+	// UserDataScript: the node script itself, run over a shell (static
+	// machines have no datasource).
+	UserDataScript
+)
+
+func (u UserData) String() string {
+	switch u {
+	case UserDataNone:
+		return "none"
+	case UserDataCloudInit:
+		return "cloud-init"
+	case UserDataScript:
+		return "script"
+	}
+	return fmt.Sprintf("UserData(%d)", int(u))
 }
 
-// KindForChannel is the ImageKind of a provider that boots catalog images:
-// prebaked for a group with a channel, runtime-install without one.
-func KindForChannel(channel string) ImageKind {
-	if channel != "" {
+// Capabilities are what a provider declares of its machines.
+type Capabilities struct {
+	// BootsImages: the machines boot the catalog image the core resolved
+	// (CreateRequest.Image). false means every node takes the
+	// runtime-install path.
+	BootsImages bool
+	// UserData is the form of user-data the machines take.
+	UserData UserData
+	// NodeRuntime is what the nodes need where they are not VMs of their own
+	// (a container on a shared host); the zero value is a VM's.
+	NodeRuntime bootstrap.Runtime
+}
+
+// ImageKind is the path a group booting from channel is designed for, shown
+// on its scale-from-zero template: prebaked for a group with a channel on a
+// provider that boots images, runtime-install otherwise. A machine's actual
+// kind is decided when its channel resolves (or does not) at IncreaseSize.
+func (c Capabilities) ImageKind(channel string) ImageKind {
+	if c.BootsImages && channel != "" {
 		return ImagePrebaked
 	}
 	return ImageRuntimeInstall
-}
-
-// TopologyLabeler is implemented by a provider whose nodes do not carry
-// topology.kubernetes.io/zone=<location> (and the group's region): its
-// cloud's controllers label them otherwise. TopologyLabels returns every
-// topology label a node at location carries, which then replace the zone and
-// region on templates and in the kubelet's registration; nil keeps them.
-type TopologyLabeler interface {
-	TopologyLabels(location string) map[string]string
-}
-
-// Runner is implemented by providers that own background work (the kwok
-// provider materialises Nodes when a simulated boot ends). The core runs it
-// for the lifetime of the server and stops it through ctx.
-type Runner interface {
-	Run(ctx context.Context) error
 }
 
 // InstanceState is the lifecycle of one machine as CA sees it.

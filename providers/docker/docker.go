@@ -23,6 +23,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/docker/providerid"
 )
@@ -95,12 +96,17 @@ type Options struct {
 	// Devices are host devices given to every machine; nil means
 	// DefaultDevices, each where this host has it.
 	Devices []string
+	// NodeRuntime is what the machines' nodes need as containers on a shared
+	// host (the kernel settings they can't make, containerd's sandbox image
+	// and registries, kubelet settings); the core renders it into their
+	// user-data (Capabilities).
+	NodeRuntime bootstrap.Runtime
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// Provider is the docker provider. It implements providers.Provider,
-// providers.ImageAPI and the image catalog's interfaces (images.go,
+// Provider is the docker provider. It implements providers.Provider and
+// the image catalog's interfaces (images.go,
 // builder.go), and is safe for concurrent use.
 type Provider struct {
 	engine     engine
@@ -112,6 +118,7 @@ type Provider struct {
 	typeNames  []string // sorted, for error messages
 	capacity   map[string]int
 	devices    []string
+	runtime    bootstrap.Runtime
 	log        *slog.Logger
 
 	// capacityMu serialises the count-then-create of machines in zones with
@@ -133,7 +140,6 @@ type Provider struct {
 
 var (
 	_ providers.Provider = (*Provider)(nil)
-	_ providers.ImageAPI = (*Provider)(nil)
 )
 
 // New checks o and returns a Provider with an engine client that
@@ -223,6 +229,7 @@ func New(o Options) (*Provider, error) {
 		typeNames:  slices.Sorted(maps.Keys(types)),
 		capacity:   capacity,
 		devices:    devices,
+		runtime:    o.NodeRuntime,
 		log:        log.With("provider", "docker", "cluster", o.Cluster),
 	}, nil
 }
@@ -250,14 +257,19 @@ func (p *Provider) ProviderID(req providers.CreateRequest) (string, bool) {
 
 func (p *Provider) containerName(machine string) string { return p.namePrefix + machine }
 
-// Images implements providers.Provider: a machine boots a catalog image (a
-// tag of ImageRepository) when its request names one.
-func (p *Provider) Images() providers.ImageAPI { return p }
-
-// ImageKind implements providers.ImageAPI.
-func (p *Provider) ImageKind(channel string) providers.ImageKind {
-	return providers.KindForChannel(channel)
+// Capabilities implements providers.Provider: a machine boots a catalog
+// image (a tag of ImageRepository) when its request names one, reads
+// user-data with cloud-init's NoCloud datasource, and is a container on a
+// shared host, whose node needs Options.NodeRuntime.
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit, NodeRuntime: p.runtime}
 }
+
+// TopologyLabels implements providers.Provider: nodes carry zone=<network>.
+func (p *Provider) TopologyLabels(string) map[string]string { return nil }
+
+// Run implements providers.Provider: the provider has no background work.
+func (p *Provider) Run(context.Context) error { return nil }
 
 // MachineType implements providers.Provider. Every type exists in every
 // zone; Options.Capacity limits how many machines a zone takes.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -30,8 +31,13 @@ type Provider struct {
 	// false, ids are assigned by Create like hcloud ("fake://<n>").
 	KnownIDs bool
 	Types    map[string]providers.MachineType
-	// BootsImages makes Images non-nil: the fake boots catalog images.
+	// BootsImages, UserData and NodeRuntime are its Capabilities; New sets
+	// UserData to UserDataCloudInit.
 	BootsImages bool
+	UserData    providers.UserData
+	NodeRuntime bootstrap.Runtime
+	// Topology, when set, answers TopologyLabels.
+	Topology func(location string) map[string]string
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -56,6 +62,7 @@ func New() *Provider {
 	return &Provider{
 		NameValue: "fake",
 		KnownIDs:  true,
+		UserData:  providers.UserDataCloudInit,
 		Types: map[string]providers.MachineType{
 			"m1":  {Name: "m1", MilliCPU: 2000, MemoryBytes: 4 << 30, Pods: 110, Arch: "amd64", PricePerHour: 0.02},
 			"gpu": {Name: "gpu", MilliCPU: 8000, MemoryBytes: 32 << 30, Pods: 110, Arch: "amd64", GPUs: 1, GPUType: "nvidia-t4", PricePerHour: 0.5},
@@ -247,17 +254,22 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 	return mt, nil
 }
 
-func (p *Provider) Images() providers.ImageAPI {
-	if p.BootsImages {
-		return p
-	}
-	return nil
+// Capabilities implements providers.Provider: BootsImages and UserData as
+// set.
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{BootsImages: p.BootsImages, UserData: p.UserData, NodeRuntime: p.NodeRuntime}
 }
 
-// ImageKind implements providers.ImageAPI.
-func (p *Provider) ImageKind(channel string) providers.ImageKind {
-	return providers.KindForChannel(channel)
+// TopologyLabels implements providers.Provider: Topology as set.
+func (p *Provider) TopologyLabels(location string) map[string]string {
+	if p.Topology == nil {
+		return nil
+	}
+	return p.Topology(location)
 }
+
+// Run implements providers.Provider: the fake has no background work.
+func (p *Provider) Run(context.Context) error { return nil }
 
 // CreateRequests returns a copy of every Create call's request, in order.
 func (p *Provider) CreateRequests() []providers.CreateRequest {

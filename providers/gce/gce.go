@@ -203,6 +203,20 @@ func (p *Provider) Close() error {
 // Name implements providers.Provider.
 func (p *Provider) Name() string { return "gce" }
 
+// Capabilities implements providers.Provider: instances boot catalog images
+// (images.go) and read the user-data metadata item with cloud-init (or
+// Ignition).
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit}
+}
+
+// TopologyLabels implements providers.Provider: nodes carry zone=<zone> and
+// the zone's region, as GCE's cloud controller labels them.
+func (p *Provider) TopologyLabels(string) map[string]string { return nil }
+
+// Run implements providers.Provider: the provider has no background work.
+func (p *Provider) Run(context.Context) error { return nil }
+
 // Project is the project the provider works in.
 func (p *Provider) Project() string { return p.o.Project }
 

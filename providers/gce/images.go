@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/prebake-dev/prebake/imagecatalog"
-	"github.com/prebake-dev/prebake/providers"
 )
 
 // bootImage returns the sourceImage to boot: the catalog image the core
@@ -30,9 +29,6 @@ func (p *Provider) bootImage(image, arch string) string {
 	return p.o.Image
 }
 
-// Images implements providers.Provider.
-func (p *Provider) Images() providers.ImageAPI { return p.images }
-
 // ImageCatalog returns the provider's image API as the image catalog uses
 // it (imagecatalog.ImageAPI and imagecatalog.InstanceLister).
 func (p *Provider) ImageCatalog() *Images { return p.images }
@@ -42,16 +38,10 @@ func (p *Provider) ImageCatalog() *Images { return p.images }
 type Images struct{ p *Provider }
 
 var (
-	_ providers.ImageAPI          = (*Images)(nil)
 	_ imagecatalog.ImageAPI       = (*Images)(nil)
 	_ imagecatalog.ImageGetter    = (*Images)(nil)
 	_ imagecatalog.InstanceLister = (*Images)(nil)
 )
-
-// ImageKind implements providers.ImageAPI.
-func (im *Images) ImageKind(channel string) providers.ImageKind {
-	return providers.KindForChannel(channel)
-}
 
 // ListImages implements imagecatalog.ImageAPI: the project's images that
 // carry every label of selector (in project form; mapped here).

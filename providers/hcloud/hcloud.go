@@ -197,15 +197,16 @@ func New(o Options) (*Provider, error) {
 // Name implements providers.Provider.
 func (p *Provider) Name() string { return "hcloud" }
 
-// Images implements providers.Provider: Hetzner boots snapshots, so a
-// group's channel resolves to a snapshot id that Create boots (servers.go);
-// the catalog's operations on them are in images.go.
-func (p *Provider) Images() providers.ImageAPI { return p }
-
-// ImageKind implements providers.ImageAPI.
-func (p *Provider) ImageKind(channel string) providers.ImageKind {
-	return providers.KindForChannel(channel)
+// Capabilities implements providers.Provider: Hetzner boots snapshots, so a
+// group's channel resolves to a snapshot id that Create boots (servers.go;
+// the catalog's operations on them are in images.go), and servers read
+// user-data with cloud-init (or Ignition).
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit}
 }
+
+// Run implements providers.Provider: the provider has no background work.
+func (p *Provider) Run(context.Context) error { return nil }
 
 // ProviderID implements providers.Provider: the server id is assigned by the
 // API, so it is unknown before Create returns.

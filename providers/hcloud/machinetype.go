@@ -54,9 +54,7 @@ func arch(a hcloud.Architecture) string {
 	return "amd64"
 }
 
-var _ providers.TopologyLabeler = (*Provider)(nil)
-
-// TopologyLabels implements providers.TopologyLabeler with what Hetzner's
+// TopologyLabels implements providers.Provider with what Hetzner's
 // controllers put on a node: the CCM sets the server's datacenter as the zone
 // and its location as the region, and marks cloud servers; the CSI driver
 // keys volumes to the location. The zone is the location's one datacenter

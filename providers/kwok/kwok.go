@@ -67,8 +67,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Provider is the kwok provider. It implements providers.Provider,
-// providers.ImageAPI and providers.Runner, and is safe for concurrent use.
+// Provider is the kwok provider. It implements providers.Provider and is
+// safe for concurrent use.
 type Provider struct {
 	client    kubernetes.Interface
 	cluster   string
@@ -101,8 +101,7 @@ type Provider struct {
 
 var (
 	_ providers.Provider = (*Provider)(nil)
-	_ providers.ImageAPI = (*Provider)(nil)
-	_ providers.Runner   = (*Provider)(nil)
+	_ providers.Provider = (*Provider)(nil)
 )
 
 // New checks o and returns a Provider. It makes no API call.
@@ -189,15 +188,16 @@ func (p *Provider) ProviderID(req providers.CreateRequest) (string, bool) {
 	return providerid.Format(req.Name), true
 }
 
-// Images implements providers.Provider. kwok "boots" any image, since none
-// is booted at all; the image kind only picks the simulated boot time.
-func (p *Provider) Images() providers.ImageAPI { return p }
-
-// ImageKind implements providers.ImageAPI: a group with a channel is
-// prebaked, one without installs at runtime.
-func (p *Provider) ImageKind(channel string) providers.ImageKind {
-	return providers.KindForChannel(channel)
+// Capabilities implements providers.Provider. kwok "boots" any image, since
+// none is booted at all (the image kind only picks the simulated boot time),
+// and its machines take no user-data: nothing runs on them.
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataNone}
 }
+
+// TopologyLabels implements providers.Provider: kwok nodes carry
+// zone=<location> and the group's region.
+func (p *Provider) TopologyLabels(string) map[string]string { return nil }
 
 // MachineType implements providers.Provider. Every type exists in every
 // location; Options.Capacity limits how many machines a zone takes.

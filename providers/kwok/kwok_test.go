@@ -448,11 +448,11 @@ func TestIdentity(t *testing.T) {
 	if got := p.Name(); got != "kwok" {
 		t.Errorf("Name() = %q, want kwok", got)
 	}
-	if p.Images() == nil {
-		t.Fatal("Images() = nil")
+	if c := p.Capabilities(); !c.BootsImages || c.UserData != providers.UserDataNone {
+		t.Errorf("Capabilities() = %+v, want images booted and no user-data", c)
 	}
 	for channel, want := range map[string]providers.ImageKind{"stable": providers.ImagePrebaked, "": providers.ImageRuntimeInstall} {
-		if got := p.Images().ImageKind(channel); got != want {
+		if got := p.Capabilities().ImageKind(channel); got != want {
 			t.Errorf("ImageKind(%q) = %q, want %q", channel, got, want)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 // materialiseWorkers bounds the Node creations in flight at once.
 const materialiseWorkers = 8
 
-// Run implements providers.Runner. It owns the materialiser: it resumes the
+// Run implements providers.Provider. It owns the materialiser: it resumes the
 // machines whose records say they are still booting, then creates each
 // machine's Node when its simulated boot ends, retrying API errors with
 // backoff. It returns nil when ctx ends, after its workers have stopped.

@@ -34,8 +34,10 @@ func NewAPIMetrics(reg prometheus.Registerer) *APIMetrics {
 	return m
 }
 
-// Wrap returns p with every call measured. The result also implements
-// providers.Runner, delegating when p does.
+// Wrap returns p with every call to the cloud measured: List, Create,
+// Delete and MachineType. It implements exactly providers.Provider (the rest
+// is p's, unmeasured), so nothing can tell the wrapped provider has an
+// optional method it lacks.
 func Wrap(p providers.Provider, m *APIMetrics) providers.Provider {
 	return &measured{Provider: p, m: m}
 }
@@ -79,19 +81,9 @@ func (w *measured) Delete(ctx context.Context, providerID string) error {
 	return err
 }
 
-// TopologyLabels delegates to the wrapped provider's TopologyLabeler, if
-// any; nil keeps the default zone and region.
-func (w *measured) TopologyLabels(location string) map[string]string {
-	if tl, ok := w.Provider.(providers.TopologyLabeler); ok {
-		return tl.TopologyLabels(location)
-	}
-	return nil
-}
-
-// Run delegates to the wrapped provider's Runner, if any.
-func (w *measured) Run(ctx context.Context) error {
-	if r, ok := w.Provider.(providers.Runner); ok {
-		return r.Run(ctx)
-	}
-	return nil
+func (w *measured) MachineType(ctx context.Context, name, location string) (providers.MachineType, error) {
+	start := time.Now()
+	out, err := w.Provider.MachineType(ctx, name, location)
+	w.observe("MachineType", start, err)
+	return out, err
 }

@@ -2,11 +2,14 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/fake"
 )
@@ -24,6 +27,12 @@ func TestWrapCountsCallsByOutcome(t *testing.T) {
 	if _, err := p.List(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := p.MachineType(ctx, "m1", "z"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.MachineType(ctx, "nope", "z"); !errors.Is(err, providers.ErrNotFound) {
+		t.Fatalf("MachineType(nope) = %v, want not found", err)
+	}
 	for _, tc := range []struct {
 		method, outcome string
 		want            float64
@@ -31,37 +40,47 @@ func TestWrapCountsCallsByOutcome(t *testing.T) {
 		{"Create", "ok", 1},
 		{"Create", "resource_unavailable", 1},
 		{"List", "ok", 1},
+		{"MachineType", "ok", 1},
+		{"MachineType", "create_failed", 1}, // the fake classifies every other error so
 	} {
 		got := testutil.ToFloat64(p.(*measured).m.calls.WithLabelValues("fake", tc.method, tc.outcome))
 		if got != tc.want {
 			t.Errorf("%s/%s = %v, want %v", tc.method, tc.outcome, got, tc.want)
 		}
 	}
-	if _, ok := p.(providers.Runner); !ok {
-		t.Fatal("wrapped provider lost the Runner interface")
-	}
 }
 
-// labeled is a provider with topology labels of its own.
-type labeled struct{ *fake.Provider }
-
-func (labeled) TopologyLabels(location string) map[string]string {
-	return map[string]string{providers.LabelRegion: location}
+// builderProvider is a provider with more than the contract: an image
+// builder, as hcloud and gce are.
+type builderProvider struct {
+	*fake.Provider
+	imagecatalog.BuildAPI
 }
 
-// TestWrapForwardsTopologyLabels: the wrapper is what the core holds, so it must not hide a
-// provider's topology labels (Hetzner's), nor invent any for a provider without them.
-func TestWrapForwardsTopologyLabels(t *testing.T) {
+// TestWrapIsExactlyTheContract: the wrapper is what the core holds. It
+// forwards what the contract has (capabilities, topology labels, the
+// background work) and nothing else, so no optional interface can be
+// claimed for a provider that lacks it, or hidden where it has it.
+func TestWrapIsExactlyTheContract(t *testing.T) {
 	t.Parallel()
 	m := NewAPIMetrics(prometheus.NewRegistry())
-	tl, ok := Wrap(labeled{fake.New()}, m).(providers.TopologyLabeler)
-	if !ok {
-		t.Fatal("the wrapper is no TopologyLabeler")
+	f := fake.New()
+	f.BootsImages, f.UserData = true, providers.UserDataScript
+	f.Topology = func(location string) map[string]string { return map[string]string{providers.LabelRegion: location} }
+	w := Wrap(f, m)
+	if d := cmp.Diff(f.Capabilities(), w.Capabilities()); d != "" {
+		t.Errorf("Capabilities (-provider +wrapped):\n%s", d)
 	}
-	if got := tl.TopologyLabels("fsn1"); got[providers.LabelRegion] != "fsn1" || len(got) != 1 {
-		t.Errorf("wrapped TopologyLabels = %v, want the provider's", got)
+	if d := cmp.Diff(map[string]string{providers.LabelRegion: "fsn1"}, w.TopologyLabels("fsn1")); d != "" {
+		t.Errorf("TopologyLabels (-want +got):\n%s", d)
 	}
-	if got := Wrap(fake.New(), m).(providers.TopologyLabeler).TopologyLabels("z1"); got != nil {
-		t.Errorf("wrapped provider without topology labels gives %v, want nil (keep zone and region)", got)
+	if got := Wrap(fake.New(), m).TopologyLabels("fsn1"); got != nil {
+		t.Errorf("TopologyLabels of a provider without any = %v, want nil", got)
+	}
+	if err := w.Run(t.Context()); err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	if _, ok := Wrap(builderProvider{Provider: fake.New()}, m).(imagecatalog.BuildAPI); ok {
+		t.Error("the wrapper claims imagecatalog.BuildAPI: it must implement exactly providers.Provider")
 	}
 }

@@ -339,8 +339,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 func TestImagesAndMachineType(t *testing.T) {
 	t.Parallel()
 	p := newTestProvider(t, fake.NewClientset(), newFakeShell(), pool(1), nil)
-	if p.Images() != nil {
-		t.Error("Images() != nil: a pool can't boot images")
+	if c := p.Capabilities(); c.BootsImages || c.UserData != providers.UserDataScript {
+		t.Errorf("Capabilities() = %+v: a pool can't boot images and runs the node script", c)
 	}
 	mt, err := p.MachineType(t.Context(), "metal-large", "anywhere")
 	if err != nil || mt.Arch != "arm64" || mt.MilliCPU != 32000 {

@@ -236,9 +236,18 @@ func (p *Provider) Name() string { return "static" }
 // decided when Create claims one, so the id is not known before.
 func (p *Provider) ProviderID(providers.CreateRequest) (string, bool) { return "", false }
 
-// Images implements providers.Provider: a pool machine runs whatever is
-// installed on it, so every node takes the runtime-install path.
-func (p *Provider) Images() providers.ImageAPI { return nil }
+// Capabilities implements providers.Provider: a pool machine runs whatever
+// is installed on it, so every node takes the runtime-install path, and it
+// has no datasource: the node script itself is piped to its shell.
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{BootsImages: false, UserData: providers.UserDataScript}
+}
+
+// TopologyLabels implements providers.Provider: nodes carry zone=<zone>.
+func (p *Provider) TopologyLabels(string) map[string]string { return nil }
+
+// Run implements providers.Provider: the provider has no background work.
+func (p *Provider) Run(context.Context) error { return nil }
 
 // MachineType implements providers.Provider, from the declared types. The
 // location does not matter: a type is what the config says it is.
