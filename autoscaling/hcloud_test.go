@@ -128,7 +128,7 @@ func TestHcloudTemplateFromServerType(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		providers.LabelInstanceType: "cx22", providers.LabelZone: zone, providers.LabelRegion: "fsn1", providers.LabelArch: "amd64",
-		providers.LabelGroup: "cx", providers.LabelHcloudCSILocation: "fsn1", providers.LabelHcloudProvidedBy: "cloud",
+		providers.LabelGroup: "cx", hcloud.LabelCSILocation: "fsn1", hcloud.LabelProvidedBy: "cloud",
 	} {
 		if got := n.Labels[k]; got != want || want == "" {
 			t.Errorf("template label %s = %q, want %q", k, got, want)

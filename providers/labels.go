@@ -1,6 +1,7 @@
 package providers
 
-// Label and annotation keys. This file is their one home.
+// Label and annotation keys every provider and the core share. This file is
+// their one home; a key only one provider uses lives in its package.
 const (
 	// LabelCluster marks every cloud resource and Node the plugin owns with
 	// the configured cluster name. Ownership lives in the cloud: a restarted
@@ -17,10 +18,6 @@ const (
 	TaintCanary = "prebake.dev/canary"
 	// LabelMachine is the machine name the core chose, on cloud resources.
 	LabelMachine = "prebake.dev/machine"
-	// LabelLabelsOf marks a docker provider label record: a tiny image whose
-	// labels stand for those of the catalog image named by the value, since
-	// a Docker image's own labels can't change.
-	LabelLabelsOf = "prebake.dev/labels-of"
 
 	// Standard Kubernetes node labels.
 	LabelHostname     = "kubernetes.io/hostname"
@@ -29,12 +26,6 @@ const (
 	LabelInstanceType = "node.kubernetes.io/instance-type"
 	LabelZone         = "topology.kubernetes.io/zone"
 	LabelRegion       = "topology.kubernetes.io/region"
-
-	// Labels Hetzner's own controllers put on a node: the CSI driver's topology key (a
-	// volume's node affinity names it) and the CCM's mark of a cloud server (not a
-	// dedicated one).
-	LabelHcloudCSILocation = "csi.hetzner.cloud/location"
-	LabelHcloudProvidedBy  = "instance.hetzner.cloud/provided-by"
 
 	// AnnotationFakeNodeReason is set by CA on the fake nodes it synthesises
 	// from instances that have no Node.

@@ -15,7 +15,6 @@ import (
 	"github.com/prebake-dev/prebake/cmd/prebake/app"
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/imagecatalog"
-	"github.com/prebake-dev/prebake/providers/hcloud"
 )
 
 // openStore turns --catalog into a store: a path or file://path is a
@@ -72,10 +71,11 @@ type imageCloud interface {
 }
 
 // cloudOf opens the provider of --config: the same ProviderConfig file as
-// `prebake serve`, validated in full, whose hcloud or gce block gives the
-// image API (one of them: a config with both is refused). It returns the
-// catalog's provider name and location for it: images are global on both
-// clouds, so the location is "".
+// `prebake serve`, validated in full, built by the same factory
+// (app.NewProvider). The config must configure exactly one provider with an
+// image API (a config with two is refused). It returns the catalog's
+// provider name and location for it: images are global on every provider
+// that has them, so the location is "".
 func cloudOf(cmd *cobra.Command) (imageCloud, string, string, error) {
 	path, _ := cmd.Flags().GetString("config")
 	if path == "" {
@@ -85,36 +85,23 @@ func cloudOf(cmd *cobra.Command) (imageCloud, string, string, error) {
 	if err != nil {
 		return nil, "", "", err
 	}
-	h, g := cfg.Providers.Hcloud, cfg.Providers.Gce
-	switch {
-	case h != nil && g != nil:
-		return nil, "", "", fmt.Errorf("%s has both a providers.hcloud and a providers.gce block: the image commands work on one provider's images; give --config a file with only the provider to work on (one config per provider)", path)
-	case g != nil:
-		p, err := app.NewGCE(cmd.Context(), cfg, slog.Default().With("provider", "gce"))
-		if err != nil {
-			return nil, "", "", fmt.Errorf("%s: %w", path, err)
-		}
-		// GCE images are global (the catalog keys them with location "",
-		// as the core resolves them), and an image's id is its name.
-		return p, "gce", "", nil
-	case h == nil:
-		return nil, "", "", fmt.Errorf("%s: no providers.hcloud or providers.gce block; only those have an image API in this build (kwok and providers without custom images use the runtime-install path)", path)
+	names := app.ImageProviders(cfg)
+	switch len(names) {
+	case 0:
+		return nil, "", "", fmt.Errorf("%s: no providers block with an image API (%s); the other providers' machines take the runtime-install path", path, strings.Join(app.AllImageProviders(), ", "))
+	case 1:
+	default:
+		return nil, "", "", fmt.Errorf("%s configures %s: the image commands work on one provider's images; give --config a file with only the provider to work on (one config per provider)", path, strings.Join(names, " and "))
 	}
-	token, err := h.Token.Resolve()
+	b, err := app.NewProvider(cmd.Context(), cfg, names[0], app.Deps{Logger: slog.Default(), BuilderDial: builderDialFor})
 	if err != nil {
-		return nil, "", "", fmt.Errorf("%s: providers.hcloud.token: %w", path, err)
+		return nil, "", "", fmt.Errorf("%s: %w", path, err)
 	}
-	o := hcloud.Options{Token: token, Endpoint: h.Endpoint, Cluster: cfg.ClusterName,
-		SSHKeys: h.SSHKeys, Firewalls: h.Firewalls, Logger: slog.Default().With("provider", "hcloud")}
-	if builderDialFor != nil {
-		o.BuilderDial = builderDialFor(h.Endpoint)
+	ic, ok := b.Provider.(imageCloud)
+	if !ok {
+		return nil, "", "", fmt.Errorf("%s: provider %s has no image builder in this build", path, names[0])
 	}
-	p, err := hcloud.New(o)
-	if err != nil {
-		return nil, "", "", fmt.Errorf("%s: providers.hcloud: %w", path, err)
-	}
-	// Hetzner snapshots are global: location "".
-	return p, "hcloud", "", nil
+	return ic, names[0], "", nil
 }
 
 // cloudIfConfigured is cloudOf when --config is given, and nil otherwise:

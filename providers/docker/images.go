@@ -33,7 +33,7 @@ import (
 // without a new image. The catalog's labels do change (channels, promote,
 // deprecation), so each catalog image may have a label record: a tiny image
 // (one empty layer) tagged <repository>-labels:<id>, whose labels are the
-// image's current labels, marked providers.LabelLabelsOf=<id>. SetLabels
+// image's current labels, marked LabelLabelsOf=<id>. SetLabels
 // writes a new record and removes the old one; ListImages and GetImage read
 // a record's labels in place of the image's own. Docker has no delete
 // protection: SetDeleteProtection does nothing (gc never deletes a channel's
@@ -86,7 +86,7 @@ func (p *Provider) records(ctx context.Context) (map[string]map[string]string, e
 	out := map[string]map[string]string{}
 	for _, r := range recs {
 		for _, ref := range r.RepoTags {
-			if id, ok := tagOf(p.recordRepo(), ref); ok && r.Labels[providers.LabelLabelsOf] == id {
+			if id, ok := tagOf(p.recordRepo(), ref); ok && r.Labels[LabelLabelsOf] == id {
 				out[id] = recordLabels(r.Labels)
 			}
 		}
@@ -100,7 +100,7 @@ func recordLabels(l map[string]string) map[string]string {
 	if out == nil {
 		out = map[string]string{}
 	}
-	delete(out, providers.LabelLabelsOf)
+	delete(out, LabelLabelsOf)
 	return out
 }
 
@@ -164,7 +164,7 @@ func (p *Provider) GetImage(ctx context.Context, id string) (imagecatalog.CloudI
 	}
 	rec, err := p.engine.ImageInspect(ctx, p.recordRef(id))
 	switch {
-	case err == nil && rec.Config != nil && rec.Config.Labels[providers.LabelLabelsOf] == id:
+	case err == nil && rec.Config != nil && rec.Config.Labels[LabelLabelsOf] == id:
 		labels = recordLabels(rec.Config.Labels)
 	case err != nil && !cerrdefs.IsNotFound(err):
 		return imagecatalog.CloudImage{}, fmt.Errorf("docker: inspect label record %s: %w", p.recordRef(id), err)
@@ -196,7 +196,7 @@ func (p *Provider) writeRecord(ctx context.Context, id string, labels map[string
 	if all == nil {
 		all = map[string]string{}
 	}
-	all[providers.LabelLabelsOf] = id
+	all[LabelLabelsOf] = id
 	change, err := labelChange(all)
 	if err != nil {
 		return fmt.Errorf("docker: labels of image %s: %w", id, err)
@@ -309,7 +309,7 @@ func (p *Provider) ListInstances(ctx context.Context) ([]imagecatalog.Instance, 
 func (p *Provider) orphanRecords(ctx context.Context) ([]string, error) {
 	var out []string
 	dangling, err := p.engine.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("dangling", "true"), filters.Arg("label", providers.LabelLabelsOf))})
+		filters.Arg("dangling", "true"), filters.Arg("label", LabelLabelsOf))})
 	if err != nil {
 		return nil, fmt.Errorf("docker: list untagged label records: %w", err)
 	}
@@ -331,3 +331,8 @@ func (p *Provider) orphanRecords(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// LabelLabelsOf marks a label record: a tiny image whose labels stand for
+// those of the catalog image named by the value, since a Docker image's own
+// labels can't change.
+const LabelLabelsOf = "prebake.dev/labels-of"

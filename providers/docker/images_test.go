@@ -185,7 +185,7 @@ func TestBuildPromoteRollbackGC(t *testing.T) {
 		t.Errorf("synced stable = %+v, %v; want %s", ch, ok, first.Image.ID)
 	}
 	// No label record is left behind by the relabelling.
-	if dangling, _ := c.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("dangling", "true"), filters.Arg("label", providers.LabelLabelsOf+"="+first.Image.ID))}); len(dangling) > 0 {
+	if dangling, _ := c.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("dangling", "true"), filters.Arg("label", LabelLabelsOf+"="+first.Image.ID))}); len(dangling) > 0 {
 		t.Errorf("%d replaced label records left", len(dangling))
 	}
 

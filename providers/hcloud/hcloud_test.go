@@ -350,7 +350,7 @@ func TestTopologyLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{providers.LabelZone: zone, providers.LabelRegion: "nbg1",
-		providers.LabelHcloudCSILocation: "nbg1", providers.LabelHcloudProvidedBy: "cloud"}
+		LabelCSILocation: "nbg1", LabelProvidedBy: "cloud"}
 	if d := cmp.Diff(want, p.TopologyLabels("nbg1")); d != "" || zone == "" {
 		t.Errorf("topology labels (-want +got):\n%s", d)
 	}

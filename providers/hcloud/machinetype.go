@@ -62,12 +62,12 @@ func arch(a hcloud.Architecture) string {
 // there is no zone label rather than a wrong one (CA's own Hetzner provider
 // sets none at all).
 func (p *Provider) TopologyLabels(location string) map[string]string {
-	l := map[string]string{providers.LabelHcloudProvidedBy: "cloud"}
+	l := map[string]string{LabelProvidedBy: "cloud"}
 	if location == "" {
 		return l
 	}
 	l[providers.LabelRegion] = location
-	l[providers.LabelHcloudCSILocation] = location
+	l[LabelCSILocation] = location
 	p.zonesMu.Lock()
 	zone := p.zones[location]
 	p.zonesMu.Unlock()

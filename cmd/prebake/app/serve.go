@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -38,12 +37,7 @@ import (
 	"github.com/prebake-dev/prebake/externalgrpc"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/internal/certs"
-	"github.com/prebake-dev/prebake/providers"
-	"github.com/prebake-dev/prebake/providers/gce"
-	"github.com/prebake-dev/prebake/providers/hcloud"
-	"github.com/prebake-dev/prebake/providers/kwok"
 	"github.com/prebake-dev/prebake/providers/metrics"
-	"github.com/prebake-dev/prebake/providers/static"
 )
 
 // Options are the flags of `prebake serve`.
@@ -247,7 +241,7 @@ type builtCore struct {
 // for the workload cluster the config would give the bootstrap tokens, the
 // Nodes and the Events (the providers keep their own clients).
 func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg prometheus.Registerer, log *slog.Logger, kube kubernetes.Interface) (builtCore, error) {
-	built, err := buildProviders(cfg, metrics.NewAPIMetrics(reg), log)
+	built, err := buildProviders(ctx, cfg, metrics.NewAPIMetrics(reg), log)
 	if err != nil {
 		return builtCore{}, err
 	}
@@ -344,202 +338,6 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-type builtProviders struct {
-	providers map[string]providers.Provider
-	// kube is the workload cluster, when one is configured (kwok's target).
-	kube kubernetes.Interface
-}
-
-func buildProviders(cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger) (builtProviders, error) {
-	out := builtProviders{providers: map[string]providers.Provider{}}
-	if k := cfg.Providers.Kwok; k != nil {
-		rc, err := restConfig(k.Kubeconfig, "providers.kwok.kubeconfig")
-		var noCluster error
-		if errors.Is(err, errNoKubeconfig) {
-			// Serve the groups and templates anyway; List fails with the fix
-			// until the config names a cluster, so /readyz stays 503 and
-			// Refresh answers Unavailable: nothing is created blind.
-			log.Warn("kwok provider has no target cluster; serving read-only until one is configured", "err", err)
-			noCluster, rc, err = fmt.Errorf("providers.kwok: %w", err), &rest.Config{}, nil
-		}
-		if err != nil {
-			return out, fmt.Errorf("providers.kwok: %w", err)
-		}
-		client, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return out, fmt.Errorf("providers.kwok: %w", err)
-		}
-		p, err := kwok.New(kwok.Options{
-			Client:       client,
-			Cluster:      cfg.ClusterName,
-			Namespace:    k.Namespace,
-			Boot:         kwok.BootProfile{Prebaked: k.SimulatedBoot.Prebaked.Duration, RuntimeInstall: k.SimulatedBoot.RuntimeInstall.Duration},
-			MachineTypes: k.MachineTypeList(),
-			Capacity:     k.Capacity,
-			Reserved:     cfg.Reserved(),
-			GPULabel:     cfg.GPULabel,
-			Logger:       log.With("provider", "kwok"),
-		})
-		if err != nil {
-			return out, fmt.Errorf("providers.kwok: %w", err)
-		}
-		if noCluster != nil {
-			out.providers["kwok"] = metrics.Wrap(offline{Provider: p, err: noCluster}, m)
-		} else {
-			out.providers["kwok"] = metrics.Wrap(p, m)
-			out.kube = client
-		}
-	}
-	if h := cfg.Providers.Hcloud; h != nil {
-		token, err := h.Token.Resolve()
-		if err != nil {
-			return out, fmt.Errorf("providers.hcloud.token: %w", err)
-		}
-		p, err := hcloud.New(hcloud.Options{
-			Token:          token,
-			Endpoint:       h.Endpoint,
-			Cluster:        cfg.ClusterName,
-			Image:          h.Image,
-			Networks:       h.Networks,
-			Firewalls:      h.Firewalls,
-			SSHKeys:        h.SSHKeys,
-			PlacementGroup: h.PlacementGroup,
-			Logger:         log.With("provider", "hcloud"),
-		})
-		if err != nil {
-			return out, fmt.Errorf("providers.hcloud: %w", err)
-		}
-		out.providers["hcloud"] = metrics.Wrap(p, m)
-	}
-	if cfg.Providers.Gce != nil {
-		p, err := NewGCE(context.Background(), cfg, log.With("provider", "gce"))
-		if err != nil {
-			return out, err
-		}
-		out.providers["gce"] = metrics.Wrap(p, m)
-	}
-	if s := cfg.Providers.Static; s != nil {
-		p, client, err := buildStatic(cfg, s, log)
-		if err != nil {
-			return out, fmt.Errorf("providers.static: %w", err)
-		}
-		out.providers["static"] = metrics.Wrap(p, m)
-		if out.kube == nil {
-			out.kube = client
-		}
-	}
-	return out, nil
-}
-
-// NewGCE builds the Compute Engine provider of cfg's providers.gce block, as
-// serve runs it and as `prebake images` drives its image API: one place, so
-// the two never disagree. Builders boot in the one zone of cfg's gce node
-// groups when they use exactly one and the build names none.
-func NewGCE(ctx context.Context, cfg *config.Config, log *slog.Logger) (*gce.Provider, error) {
-	g := cfg.Providers.Gce
-	if g == nil {
-		return nil, errors.New("no providers.gce block")
-	}
-	var key []byte
-	if g.Credentials != (config.SecretRef{}) {
-		k, err := g.Credentials.Resolve()
-		if err != nil {
-			return nil, fmt.Errorf("providers.gce.credentials: %w", err)
-		}
-		key = []byte(k)
-	}
-	zones := map[string]bool{}
-	for _, ng := range cfg.NodeGroups {
-		if ng.Provider == "gce" && ng.Location != "" {
-			zones[ng.Location] = true
-		}
-	}
-	builderZone := ""
-	if len(zones) == 1 {
-		for z := range zones {
-			builderZone = z
-		}
-	}
-	p, err := gce.New(ctx, gce.Options{
-		Project:         g.Project,
-		CredentialsJSON: key,
-		Endpoint:        g.Endpoint,
-		Cluster:         cfg.ClusterName,
-		Image:           g.Image,
-		ImageArm64:      g.ImageArm64,
-		Network:         g.Network,
-		Subnetwork:      g.Subnetwork,
-		ExternalIP:      g.ExternalIP,
-		ServiceAccount:  g.ServiceAccount,
-		BuilderZone:     builderZone,
-		DiskSizeGB:      g.DiskSizeGB,
-		Prices:          gcePrices(g.Prices),
-		Rate:            rate.Limit(g.QPS),
-		Burst:           g.Burst,
-		Logger:          log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("providers.gce: %w", err)
-	}
-	return p, nil
-}
-
-func gcePrices(list []config.GcePrice) []gce.Price {
-	out := make([]gce.Price, 0, len(list))
-	for _, p := range list {
-		out = append(out, gce.Price{MachineType: p.MachineType, Region: p.Region, PerHour: p.PricePerHour})
-	}
-	return out
-}
-
-// buildStatic builds the static provider. Unlike kwok it needs its cluster
-// to serve at all: the claims are the pool's only state.
-func buildStatic(cfg *config.Config, s *config.StaticProvider, log *slog.Logger) (*static.Provider, kubernetes.Interface, error) {
-	rc, err := restConfig(s.Kubeconfig, "providers.static.kubeconfig")
-	if err != nil {
-		return nil, nil, err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := s.PrivateKey.Resolve()
-	if err != nil {
-		return nil, nil, fmt.Errorf("privateKey: %w", err)
-	}
-	shell, err := static.NewSSHShell(static.SSHOptions{
-		PrivateKey:     []byte(key + "\n"),
-		KnownHostsFile: s.KnownHosts,
-		ConnectTimeout: s.ConnectTimeout.Duration,
-		CommandTimeout: s.CommandTimeout.Duration,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	machines := make([]static.Machine, 0, len(s.Machines))
-	for _, m := range s.Machines {
-		machines = append(machines, static.Machine{
-			Host: m.Host, Address: m.Address, Port: m.Port, User: m.User,
-			MachineType: m.MachineType, Zone: m.Zone, Group: m.Group, Labels: m.Labels,
-		})
-	}
-	p, err := static.New(static.Options{
-		Client:       client,
-		Cluster:      cfg.ClusterName,
-		Namespace:    s.Namespace,
-		Machines:     machines,
-		MachineTypes: s.MachineTypeList(),
-		Shell:        shell,
-		ResetCommand: s.ResetCommand,
-		DrainTimeout: s.DrainTimeout.Duration,
-		Logger:       log,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, client, nil
-}
-
 // restConfig resolves a provider's target cluster: the config's kubeconfig
 // (key names it in errors), then $KUBECONFIG, then the in-cluster config.
 func restConfig(path, key string) (*rest.Config, error) {
@@ -597,20 +395,6 @@ func bootstrapUserData(cfg *config.Config, built *builtProviders, log *slog.Logg
 		Log:        log.With("component", "bootstrap"),
 	}, nil
 }
-
-// offline is a provider without its cloud: every call that needs the cloud
-// fails with err, which says how to configure it.
-type offline struct {
-	providers.Provider
-	err error
-}
-
-func (o offline) List(context.Context) ([]providers.Instance, error) { return nil, o.err }
-func (o offline) Create(context.Context, providers.CreateRequest) (providers.Instance, error) {
-	return providers.Instance{}, o.err
-}
-func (o offline) Delete(context.Context, string) error { return o.err }
-func (o offline) Run(context.Context) error            { return nil }
 
 func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 	out := make([]autoscaling.GroupSpec, 0, len(cfg.NodeGroups))
