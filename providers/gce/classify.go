@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -15,14 +14,24 @@ import (
 	"github.com/prebake-dev/prebake/providers"
 )
 
-// outOfResources are the operation error codes that mean "no capacity or
-// no quota here": CA backs the group off and tries another one. The same
-// set CA's in-tree GCE provider treats as out of resources.
-var outOfResources = []string{
-	"ZONE_RESOURCE_POOL_EXHAUSTED",
-	"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-	"RESOURCE_POOL_EXHAUSTED",
-	"QUOTA_EXCEEDED",
+// isOutOfResources reports whether an operation error code means "no
+// capacity or no quota here", so CA backs the group off and fails over to
+// another one. The set is the one CA's own GCE provider classes as
+// OutOfResourcesErrorClass (GetErrorInfo in
+// cluster-autoscaler/cloudprovider/gce/autoscaling_gce_client.go, tag
+// cluster-autoscaler-1.36.1): the three resource-pool stockout codes,
+// INSUFFICIENT_CAPACITY, and every code that contains QUOTA (QUOTA_EXCEEDED,
+// REGION_QUOTA_EXCEEDED, …). Codes CA classes as Other (IP_SPACE_EXHAUSTED,
+// PERMISSIONS_ERROR, the reservation errors) stay Other here too. Unlike CA,
+// the code reported is the API's own, not CA's normalised one, so a
+// ZONE_RESOURCE_POOL_EXHAUSTED stays visible as such in the metrics.
+func isOutOfResources(code string) bool {
+	switch code {
+	case "RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+		"INSUFFICIENT_CAPACITY":
+		return true
+	}
+	return strings.Contains(code, "QUOTA")
 }
 
 // OperationError is an operation that ended DONE with errors: how the API
@@ -82,7 +91,7 @@ func classify(err error) providers.Classification {
 		return providers.Classification{}
 	case errors.As(err, &opErr):
 		for _, c := range opErr.Codes {
-			if slices.Contains(outOfResources, c) {
+			if isOutOfResources(c) {
 				return providers.Classification{Class: providers.ErrorOutOfResources, Code: c}
 			}
 		}

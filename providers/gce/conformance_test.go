@@ -64,6 +64,9 @@ func TestConformance(t *testing.T) {
 		CreateErrors: []providertest.CreateErrorCase{
 			{Name: "ZONE_RESOURCE_POOL_EXHAUSTED", New: failing(gcefake.ErrZoneResourcePoolExhausted), Class: providers.ErrorOutOfResources},
 			{Name: "QUOTA_EXCEEDED", New: failing(gcefake.ErrQuotaExceeded), Class: providers.ErrorOutOfResources},
+			// Codes CA's GCE provider also classes as out of resources.
+			{Name: "INSUFFICIENT_CAPACITY", New: failing(gcefake.Fault{OpCode: "INSUFFICIENT_CAPACITY", OpHTTPStatus: http.StatusServiceUnavailable, Message: "insufficient capacity"}), Class: providers.ErrorOutOfResources},
+			{Name: "RESOURCE_POOL_EXHAUSTED", New: failing(gcefake.Fault{OpCode: "RESOURCE_POOL_EXHAUSTED", OpHTTPStatus: http.StatusServiceUnavailable, Message: "pool exhausted"}), Class: providers.ErrorOutOfResources},
 			{Name: "rateLimitExceeded_403", New: failing(gcefake.ErrRateLimited403), Class: providers.ErrorOther, Retryable: true},
 			{Name: "rateLimitExceeded_429", New: failing(gcefake.ErrRateLimited429), Class: providers.ErrorOther, Retryable: true},
 			{Name: "backendError_500", New: failing(gcefake.ErrBackend), Class: providers.ErrorOther, Retryable: true},

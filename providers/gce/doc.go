@@ -14,7 +14,8 @@
 //     gce://<project>/<zone>/<name> (package providerid) is therefore known
 //     before the VM exists: ProviderID answers known=true.
 //   - Create waits for the insert operation, because GCE reports stockouts
-//     and quota (ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED) only there.
+//     and quota (ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED, …) only there;
+//     Classify gives those codes the class CA's own GCE provider gives them.
 //   - Every request goes through one rate limiter (an http.RoundTripper)
 //     shared by all the compute clients.
 //   - User-data is passed through as the metadata item user-data and never

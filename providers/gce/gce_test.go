@@ -312,6 +312,47 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestOperationErrorClassesMatchCA checks the operation error codes against
+// the classes CA's own GCE provider gives them (GetErrorInfo in
+// cluster-autoscaler/cloudprovider/gce/autoscaling_gce_client.go, tag
+// cluster-autoscaler-1.36.1): stockouts, INSUFFICIENT_CAPACITY and any code
+// containing QUOTA are OutOfResources; IP space, permissions and the rest
+// are Other. The code reported is the API's.
+func TestOperationErrorClassesMatchCA(t *testing.T) {
+	t.Parallel()
+	p := &Provider{}
+	oor := providers.ErrorOutOfResources
+	for _, tc := range []struct {
+		codes []string
+		class providers.ErrorClass
+		code  string
+	}{
+		{[]string{"RESOURCE_POOL_EXHAUSTED"}, oor, "RESOURCE_POOL_EXHAUSTED"},
+		{[]string{"ZONE_RESOURCE_POOL_EXHAUSTED"}, oor, "ZONE_RESOURCE_POOL_EXHAUSTED"},
+		{[]string{"ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}, oor, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"},
+		{[]string{"INSUFFICIENT_CAPACITY"}, oor, "INSUFFICIENT_CAPACITY"},
+		{[]string{"QUOTA_EXCEEDED"}, oor, "QUOTA_EXCEEDED"},
+		{[]string{"REGION_QUOTA_EXCEEDED"}, oor, "REGION_QUOTA_EXCEEDED"},
+		{[]string{"QUOTA_LIMIT"}, oor, "QUOTA_LIMIT"},
+		// The first code that is out of resources wins over an earlier other.
+		{[]string{"CONDITION_NOT_MET", "INSUFFICIENT_CAPACITY"}, oor, "INSUFFICIENT_CAPACITY"},
+		{[]string{"IP_SPACE_EXHAUSTED"}, providers.ErrorOther, "IP_SPACE_EXHAUSTED"},
+		{[]string{"PERMISSIONS_ERROR"}, providers.ErrorOther, "PERMISSIONS_ERROR"},
+		{[]string{"RESOURCE_NOT_FOUND"}, providers.ErrorOther, "RESOURCE_NOT_FOUND"},
+		// Near misses are not out of resources.
+		{[]string{"POOL_EXHAUSTED"}, providers.ErrorOther, "POOL_EXHAUSTED"},
+		{[]string{"quota_exceeded"}, providers.ErrorOther, "quota_exceeded"},
+	} {
+		t.Run(strings.Join(tc.codes, "+"), func(t *testing.T) {
+			t.Parallel()
+			got := p.Classify(&OperationError{Operation: "op", Codes: tc.codes, HTTPStatus: 403})
+			if got.Class != tc.class || got.Code != tc.code || got.Retryable {
+				t.Fatalf("Classify(%v) = %+v, want class %d code %s, not retryable", tc.codes, got, tc.class, tc.code)
+			}
+		})
+	}
+}
+
 // Every request goes through the real compute REST client, and List is one
 // aggregatedList call for every zone.
 func TestListIsOneAggregatedCall(t *testing.T) {
