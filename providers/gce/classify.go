@@ -110,8 +110,8 @@ func classify(err error) providers.Classification {
 		case apiErr.Code == http.StatusTooManyRequests, reason == "rateLimitExceeded", reason == "userRateLimitExceeded":
 			return providers.Classification{Class: providers.ErrorOther, Code: "rateLimitExceeded", Retryable: true}
 		case reason == "alreadyExists":
-			// The name is taken but get did not show our instance: an
-			// earlier insert of ours still pending. A retry finds it.
+			// The name (or its disk's) is taken but get did not show the
+			// instance: a concurrent insert won the race. A retry finds it.
 			return providers.Classification{Class: providers.ErrorOther, Code: reason, Retryable: true}
 		case apiErr.Code >= 500:
 			return providers.Classification{Class: providers.ErrorOther, Code: "api_" + strconv.Itoa(apiErr.Code), Retryable: true}

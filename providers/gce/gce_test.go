@@ -252,7 +252,8 @@ func TestListFollowsTheLifecycle(t *testing.T) {
 }
 
 // A slow insert operation: Create waits through operations.wait until the
-// fake's clock ends it.
+// fake's clock ends it; meanwhile the instance is listed PROVISIONING, as
+// the real API lists it, which the core sees as creating.
 func TestCreateWaitsForASlowOperation(t *testing.T) {
 	t.Parallel()
 	clk := gcefake.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
@@ -272,15 +273,18 @@ func TestCreateWaitsForASlowOperation(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if len(f.Instances()) != 0 {
-		t.Fatal("the instance exists before its insert operation is done")
+	if in := f.Instances(); len(in) != 1 || in[0].Status != "PROVISIONING" {
+		t.Fatalf("instances while the insert operation runs: %+v, want one PROVISIONING", in)
+	}
+	if l, err := p.List(context.Background()); err != nil || len(l) != 1 || l[0].State != providers.StateCreating {
+		t.Fatalf("List while the insert operation runs = %+v, %v; want one creating", l, err)
 	}
 	clk.Advance(time.Minute)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Instances()) != 1 {
-		t.Fatalf("instances after the operation: %+v", f.Instances())
+	if in := f.Instances(); len(in) != 1 || in[0].Status != "RUNNING" {
+		t.Fatalf("instances after the operation: %+v, want one RUNNING", in)
 	}
 }
 

@@ -14,6 +14,11 @@
 // through which a test plays the guest: it reads the user-data and writes
 // guest attributes, which instances.getGuestAttributes then returns.
 //
+// An inserted instance exists from the moment the insert is accepted: get
+// and list show it PROVISIONING while its insert operation runs, then
+// PROVISIONING, STAGING and RUNNING for Options.Provisioning and Staging; an
+// insert whose operation fails (a stockout) removes it when it ends.
+//
 // Invariants:
 //   - All state sits behind one mutex; time comes only from Options.Now, so a
 //     test with a manual Clock decides when instances boot and operations end.

@@ -189,6 +189,68 @@ func TestFaults(t *testing.T) {
 	c.insert(t, "r1", "europe-west4-a", nil)
 }
 
+// While its insert operation runs, an instance is listed and got as
+// PROVISIONING, as the real API shows it; then it goes PROVISIONING →
+// STAGING → RUNNING on the Provisioning and Staging times. A failed insert
+// removes it when its operation ends.
+func TestProvisioningWhileTheInsertRuns(t *testing.T) {
+	t.Parallel()
+	clk := gcefake.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	c := newClients(t, gcefake.Options{Now: clk.Now, OperationDelay: time.Minute, Provisioning: 10 * time.Second, Staging: 10 * time.Second})
+	ctx := context.Background()
+	const zone = "europe-west4-a"
+	c.f.Fail(http.MethodPost, "zones/"+zone+"/instances", 1, gcefake.ErrZoneResourcePoolExhausted)
+	failed := c.insert(t, "stockout", zone, nil)
+	ok := c.insert(t, "fine", zone, nil)
+	if failed.Done() || ok.Done() {
+		t.Fatal("a slow insert operation is DONE at once")
+	}
+	statuses := func() []string {
+		t.Helper()
+		var out []string
+		it := c.inst.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{Project: c.f.Project()})
+		for {
+			pair, err := it.Next()
+			if errors.Is(err, iterator.Done) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range pair.Value.GetInstances() {
+				got, err := c.inst.Get(ctx, &computepb.GetInstanceRequest{Project: c.f.Project(), Zone: zone, Instance: in.GetName()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, in.GetName()+"/"+in.GetStatus()+"/"+got.GetStatus())
+			}
+		}
+		return out
+	}
+	var got [][]string
+	got = append(got, statuses())
+	_, err := c.inst.Stop(ctx, &computepb.StopInstanceRequest{Project: c.f.Project(), Zone: zone, Instance: "fine"})
+	if code, why := httpCode(err); code != http.StatusBadRequest || why != "resourceNotReady" {
+		t.Errorf("stop while the insert runs: %v, want 400 resourceNotReady", err)
+	}
+	for _, step := range []time.Duration{time.Minute, 10 * time.Second, 10 * time.Second} {
+		clk.Advance(step)
+		got = append(got, statuses())
+	}
+	want := [][]string{
+		{"fine/PROVISIONING/PROVISIONING", "stockout/PROVISIONING/PROVISIONING"},
+		{"fine/PROVISIONING/PROVISIONING"}, // operation DONE: the stockout is gone
+		{"fine/STAGING/STAGING"},
+		{"fine/RUNNING/RUNNING"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("statuses (-want +got):\n%s", d)
+	}
+	if _, err := c.inst.Get(ctx, &computepb.GetInstanceRequest{Project: c.f.Project(), Zone: zone, Instance: "stockout"}); !isCode(err, http.StatusNotFound) {
+		t.Errorf("get of the stocked-out instance: %v, want 404", err)
+	}
+}
+
 func TestWaitBlocksUntilDone(t *testing.T) {
 	t.Parallel()
 	c := newClients(t, gcefake.Options{OperationDelay: 100 * time.Millisecond})

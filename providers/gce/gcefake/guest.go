@@ -32,7 +32,7 @@ func (f *Fake) stopInstance(project, zone, name string) (proto.Message, *apiErro
 	if aerr != nil {
 		return nil, aerr
 	}
-	if !in.deleteAt.IsZero() {
+	if !in.deleteAt.IsZero() || in.pending {
 		return nil, &apiError{http.StatusBadRequest, "resourceNotReady",
 			fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' is not ready", project, zone, name)}
 	}

@@ -19,8 +19,9 @@ import (
 type instance struct {
 	project, zone string
 	pb            *computepb.Instance
-	// pending is true until the insert operation is DONE: the name is
-	// taken, but get and list don't show it yet.
+	// pending is true until the insert operation is DONE: get and list
+	// show the instance as PROVISIONING meanwhile, as the real API does;
+	// a failed insert removes it.
 	pending     bool
 	created     time.Time
 	deleteAt    time.Time // zero unless deleting
@@ -74,8 +75,9 @@ type Instance struct {
 	Created     time.Time
 }
 
-// Instances returns every instance that exists (insert done, delete not
-// yet finished), sorted by zone and name.
+// Instances returns every instance that exists (insert accepted, delete
+// not yet finished), sorted by zone and name; one whose insert operation
+// still runs is PROVISIONING.
 func (f *Fake) Instances() []Instance {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -142,6 +144,8 @@ func (f *Fake) status(in *instance) string {
 		return "STOPPING"
 	case in.stopped:
 		return "TERMINATED"
+	case in.pending:
+		return "PROVISIONING"
 	}
 	age := f.opts.Now().Sub(in.created)
 	switch {
@@ -160,12 +164,12 @@ func (f *Fake) view(in *instance) *computepb.Instance {
 	return pb
 }
 
-// sortedInstances returns the visible instances of project ("" for all),
-// by zone and name. f.mu is held.
+// sortedInstances returns the instances of project ("" for all), by zone
+// and name. f.mu is held.
 func (f *Fake) sortedInstances(project string) []*instance {
 	var out []*instance
 	for _, in := range f.instances {
-		if !in.pending && (project == "" || in.project == project) {
+		if project == "" || in.project == project {
 			out = append(out, in)
 		}
 	}
@@ -254,11 +258,11 @@ func (f *Fake) listInstances(project, zone string, q map[string][]string) (proto
 	return res, nil
 }
 
-// liveInstance is the instance as the API sees it (created, not yet gone);
-// 404 notFound otherwise. f.mu must be held.
+// liveInstance is the instance as the API sees it (insert accepted, not
+// yet gone); 404 notFound otherwise. f.mu must be held.
 func (f *Fake) liveInstance(project, zone, name string) (*instance, *apiError) {
 	in := f.instances[project+"/"+zone+"/"+name]
-	if in == nil || in.pending {
+	if in == nil {
 		return nil, notFound("projects/" + project + "/zones/" + zone + "/instances/" + name)
 	}
 	return in, nil
