@@ -86,6 +86,7 @@ func classify(err error) providers.Classification {
 	var apiErr *googleapi.Error
 	var netErr net.Error
 	var foreign *foreignError
+	var tooLarge *userDataTooLargeError
 	switch {
 	case err == nil:
 		return providers.Classification{}
@@ -121,6 +122,8 @@ func classify(err error) providers.Classification {
 		return providers.Classification{Class: providers.ErrorOther, Code: "http_" + strconv.Itoa(apiErr.Code)}
 	case errors.As(err, &foreign):
 		return providers.Classification{Class: providers.ErrorOther, Code: "foreign_instance"}
+	case errors.As(err, &tooLarge):
+		return providers.Classification{Class: providers.ErrorOther, Code: "user_data_too_large"}
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return providers.Classification{Class: providers.ErrorOther, Code: "timeout", Retryable: true}
 	}

@@ -357,6 +357,34 @@ func TestOperationErrorClassesMatchCA(t *testing.T) {
 	}
 }
 
+// User-data is one metadata value, which GCE caps at 256 KiB: at the limit
+// the fake accepts it; one byte more fails before any request, with an
+// error that names user-data and the fix.
+func TestUserDataAtTheMetadataLimit(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, gcefake.Options{})
+	p := newTestProvider(t, f)
+	ctx := context.Background()
+	req := request("g-1", "g", "e2-standard-2", testZone)
+	req.UserData = []byte(strings.Repeat("#", 256<<10))
+	if _, err := p.Create(ctx, req); err != nil {
+		t.Fatalf("Create with 256 KiB of user-data: %v", err)
+	}
+	f.ResetRequests()
+	req = request("g-2", "g", "e2-standard-2", testZone)
+	req.UserData = []byte(strings.Repeat("#", 256<<10+1))
+	_, err := p.Create(ctx, req)
+	if err == nil || !strings.Contains(err.Error(), "user-data") || !strings.Contains(err.Error(), "262144") || !strings.Contains(err.Error(), "userDataFile") {
+		t.Fatalf("Create with 256 KiB + 1 of user-data: %v, want an error naming user-data, the limit and the fix", err)
+	}
+	if c := p.Classify(err); c.Class != providers.ErrorOther || c.Code != "user_data_too_large" || c.Retryable {
+		t.Fatalf("Classify = %+v", c)
+	}
+	if n := len(f.Requests()); n != 0 {
+		t.Fatalf("%d requests for user-data the API would refuse", n)
+	}
+}
+
 // Every request goes through the real compute REST client, and List is one
 // aggregatedList call for every zone.
 func TestListIsOneAggregatedCall(t *testing.T) {

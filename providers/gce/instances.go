@@ -94,6 +94,9 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if req.Location == "" {
 		return providers.Instance{}, fmt.Errorf("gce: instance %q (group %q) has no zone: set the group's location", req.Name, req.Group)
 	}
+	if n := len(req.UserData); n > maxUserData {
+		return providers.Instance{}, &userDataTooLargeError{name: req.Name, group: req.Group, size: n}
+	}
 	if in, found, err := p.byName(ctx, req.Location, req.Name); err != nil || found {
 		return in, err
 	}
@@ -139,6 +142,23 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		ProviderID: p.mustID(req), Name: req.Name, Group: req.Group, State: providers.StateCreating,
 		Image: image, ImageKind: kind, CreatedAt: p.o.Now(),
 	}, nil
+}
+
+// maxUserData is GCE's limit on one metadata value, which user-data is:
+// 262144 bytes (the Metadata resource's reference,
+// https://cloud.google.com/compute/docs/reference/rest/v1/Metadata).
+const maxUserData = 256 << 10
+
+// userDataTooLargeError is user-data the API would refuse, caught before
+// the insert so the error names the cause rather than "items[0]".
+type userDataTooLargeError struct {
+	name, group string
+	size        int
+}
+
+func (e *userDataTooLargeError) Error() string {
+	return fmt.Sprintf("gce: user-data of instance %q (group %q) is %d bytes; GCE takes at most %d bytes in a metadata value: shorten the group's userDataFile or bootstrap files",
+		e.name, e.group, e.size, maxUserData)
 }
 
 func (p *Provider) mustID(req providers.CreateRequest) string {

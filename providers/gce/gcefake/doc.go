@@ -19,6 +19,11 @@
 // PROVISIONING, STAGING and RUNNING for Options.Provisioning and Staging; an
 // insert whose operation fails (a stockout) removes it when it ends.
 //
+// Requests are checked as the API checks them where prebake depends on it:
+// label and name rules, maxResults of 0 to 500 (more is a 400), and the
+// metadata limits (keys of [a-zA-Z0-9-_] under 128 bytes, values up to
+// 256 KiB, all of it under 512 KB).
+//
 // Invariants:
 //   - All state sits behind one mutex; time comes only from Options.Now, so a
 //     test with a manual Clock decides when instances boot and operations end.

@@ -21,8 +21,10 @@ import (
 // DefaultProject is the project of a fake whose Options leave it out.
 const DefaultProject = "prebake-test"
 
-// defaultMaxResults is the API's page size when maxResults is absent.
-const defaultMaxResults = 500
+// maxResults is the API's page size when maxResults is absent or 0, and
+// the largest it accepts: "Acceptable values are 0 to 500, inclusive" in
+// the list methods' reference; more is a 400.
+const maxResults = 500
 
 // Options configures a Fake. The zero value is usable.
 type Options struct {
@@ -373,17 +375,19 @@ func match(p []string, pattern ...string) bool {
 	return true
 }
 
-// page cuts items to one page: maxResults (default 500) from the offset
-// in pageToken.
+// page cuts items to one page: maxResults (0 to 500; default 500) from the
+// offset in pageToken.
 func page(q url.Values, n int) (from, to int, next string, err *apiError) {
-	size := defaultMaxResults
+	size := maxResults
 	if s := q.Get("maxResults"); s != "" {
 		v, perr := strconv.Atoi(s)
-		if perr != nil || v < 0 {
+		switch {
+		case perr != nil || v < 0:
 			return 0, 0, "", badRequest("Invalid value for field 'maxResults': '%s'. Must be a non-negative integer.", s)
-		}
-		if v > 0 {
-			size = min(v, defaultMaxResults)
+		case v > maxResults:
+			return 0, 0, "", badRequest("Invalid value for field 'maxResults': '%s'. Must be less than or equal to %d", s, maxResults)
+		case v > 0:
+			size = v
 		}
 	}
 	if t := q.Get("pageToken"); t != "" {

@@ -3,8 +3,10 @@ package gcefake_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +162,71 @@ func TestInsertValidates(t *testing.T) {
 		_, err := c.inst.Insert(ctx, &computepb.InsertInstanceRequest{Project: c.f.Project(), Zone: tc.zone, InstanceResource: tc.in})
 		if code, why := httpCode(err); code != tc.code || why != tc.why {
 			t.Errorf("%s: %v, want %d %s", tc.name, err, tc.code, tc.why)
+		}
+	}
+}
+
+func withMetadata(in *computepb.Instance, kv ...string) *computepb.Instance {
+	in.Metadata = &computepb.Metadata{}
+	for i := 0; i < len(kv); i += 2 {
+		in.Metadata.Items = append(in.Metadata.Items, &computepb.Items{Key: proto.String(kv[i]), Value: proto.String(kv[i+1])})
+	}
+	return in
+}
+
+// The metadata limits of the API's Metadata reference: keys of
+// [a-zA-Z0-9-_], less than 128 bytes, unique; values up to 256 KiB; all
+// keys and values less than 512 KB. Each limit is probed at its edge.
+func TestInsertChecksMetadataLimits(t *testing.T) {
+	t.Parallel()
+	c := newClients(t, gcefake.Options{})
+	ctx := context.Background()
+	const zone = "europe-west4-a"
+	kib := func(n int) string { return strings.Repeat("x", n<<10) }
+	for i, tc := range []struct {
+		name string
+		kv   []string
+		ok   bool
+	}{
+		{"key of 127 bytes", []string{strings.Repeat("k", 127), "v"}, true},
+		{"key of 128 bytes", []string{strings.Repeat("k", 128), "v"}, false},
+		{"key with a dot", []string{"user.data", "v"}, false},
+		{"empty key", []string{"", "v"}, false},
+		{"duplicate key", []string{"a", "1", "a", "2"}, false},
+		{"value of 256 KiB", []string{"user-data", kib(256)}, true},
+		{"value of 256 KiB and a byte", []string{"user-data", kib(256) + "x"}, false},
+		{"total just under 512 KiB", []string{"a", kib(256), "b", kib(256)[3:]}, true},
+		{"total of 512 KiB", []string{"a", kib(256), "b", kib(256)[2:]}, false},
+	} {
+		name := fmt.Sprintf("m%d", i)
+		_, err := c.inst.Insert(ctx, &computepb.InsertInstanceRequest{Project: c.f.Project(), Zone: zone,
+			InstanceResource: withMetadata(body(name, zone, "e2-standard-2", nil), tc.kv...)})
+		code, why := httpCode(err)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: %v, want it accepted", tc.name, err)
+		case !tc.ok && (code != http.StatusBadRequest || why != "invalid" || !strings.Contains(err.Error(), "resource.metadata")):
+			t.Errorf("%s: %v, want 400 invalid naming resource.metadata", tc.name, err)
+		}
+	}
+}
+
+// maxResults is 0 to 500: more is a 400, as in the API, not a short page.
+func TestMaxResultsOver500IsRefused(t *testing.T) {
+	t.Parallel()
+	c := newClients(t, gcefake.Options{})
+	ctx := context.Background()
+	c.insert(t, "a1", "europe-west4-a", nil)
+	for _, tc := range []struct {
+		max  uint32
+		code int
+	}{{0, 0}, {1, 0}, {500, 0}, {501, http.StatusBadRequest}, {1000, http.StatusBadRequest}} {
+		_, err := c.inst.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{Project: c.f.Project(), MaxResults: proto.Uint32(tc.max)}).Next()
+		_, lerr := c.inst.List(ctx, &computepb.ListInstancesRequest{Project: c.f.Project(), Zone: "europe-west4-a", MaxResults: proto.Uint32(tc.max)}).Next()
+		for _, e := range []error{err, lerr} {
+			if code, why := httpCode(e); code != tc.code || (tc.code != 0 && (why != "invalid" || !strings.Contains(e.Error(), "maxResults"))) {
+				t.Errorf("maxResults %d: %v, want HTTP %d (0: accepted)", tc.max, e, tc.code)
+			}
 		}
 	}
 }

@@ -328,12 +328,8 @@ func (f *Fake) insertInstance(project, zone string, body *computepb.Instance, ft
 	if st := im.pb.GetDeprecated().GetState(); st == "OBSOLETE" || st == "DELETED" {
 		return nil, badRequest("Invalid value for field 'resource.disks[0].initializeParams.sourceImage': '%s'. The referenced image resource is %s.", boot.GetInitializeParams().GetSourceImage(), strings.ToLower(st))
 	}
-	seen := map[string]bool{}
-	for _, it := range body.GetMetadata().GetItems() {
-		if seen[it.GetKey()] {
-			return nil, badRequest("Invalid value for field 'resource.metadata': duplicate key '%s'.", it.GetKey())
-		}
-		seen[it.GetKey()] = true
+	if err := checkMetadata("resource.metadata", body.GetMetadata().GetItems()); err != nil {
+		return nil, err
 	}
 
 	now := f.opts.Now()
@@ -394,6 +390,46 @@ func (f *Fake) insertInstance(project, zone string, body *computepb.Instance, ft
 	}
 	f.settle()
 	return proto.CloneOf(op.pb), nil
+}
+
+// The metadata limits of the Metadata resource's reference
+// (https://cloud.google.com/compute/docs/reference/rest/v1/Metadata): a key
+// matches [a-zA-Z0-9-_]+ and is less than 128 bytes, a value is at most
+// 262144 bytes (256 KiB), and all keys and values together are less than
+// 512 KB.
+const (
+	maxMetadataKey   = 127
+	maxMetadataValue = 256 << 10
+	maxMetadataTotal = 512<<10 - 1
+)
+
+var metadataKeyRE = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// checkMetadata applies the API's metadata rules to the items of field.
+// The answers are 400 invalid, shaped like the API's "Value for field
+// '…items[2].value' is too large: maximum size … character(s); actual size
+// …." seen in kubernetes/kubernetes#37180.
+func checkMetadata(field string, items []*computepb.Items) *apiError {
+	seen := map[string]bool{}
+	total := 0
+	for i, it := range items {
+		k := it.GetKey()
+		if len(k) > maxMetadataKey || !metadataKeyRE.MatchString(k) {
+			return badRequest("Invalid value for field '%s.items[%d].key': '%s'. Must be a match of regex '[a-zA-Z0-9-_]{1,%d}'", field, i, k, maxMetadataKey)
+		}
+		if seen[k] {
+			return badRequest("Invalid value for field '%s': duplicate key '%s'.", field, k)
+		}
+		seen[k] = true
+		if n := len(it.GetValue()); n > maxMetadataValue {
+			return badRequest("Value for field '%s.items[%d].value' is too large: maximum size %d character(s); actual size %d.", field, i, maxMetadataValue, n)
+		}
+		total += len(k) + len(it.GetValue())
+	}
+	if total > maxMetadataTotal {
+		return badRequest("Value for field '%s' is too large: the total size of all keys and values must be less than %d bytes; actual size %d.", field, maxMetadataTotal+1, total)
+	}
+	return nil
 }
 
 func (f *Fake) deleteInstance(project, zone, name string) (proto.Message, *apiError) {
