@@ -6,6 +6,10 @@
 // The JSON bodies are hcloud-go's own schema types, so request and response
 // shapes match what the client sends and parses.
 //
+// Labels are checked by the API's rules wherever they are sent (server
+// create and update, image create and update), with the API's 400
+// invalid_input answer.
+//
 // Invariants:
 //   - Time comes from Options.Now only. A server's status (initializing →
 //     starting → running) and an action's completion are derived from that

@@ -292,7 +292,7 @@ func (f *Fake) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	now := f.opts.Now()
 	f.calls[r.Method+" "+r.URL.Path]++
 	if f.opts.Token != "" && r.Header.Get("Authorization") != "Bearer "+f.opts.Token {
-		writeError(w, APIError{http.StatusUnauthorized, "unauthorized", "unable to authenticate"})
+		writeError(w, APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "unable to authenticate"})
 		return
 	}
 	if !f.rateLimit(w, now) {
@@ -444,16 +444,22 @@ func (f *Fake) getServer(w http.ResponseWriter, id int64, now time.Time) {
 func (f *Fake) createServer(w http.ResponseWriter, r *http.Request, now time.Time) {
 	var req schema.ServerCreateRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		writeError(w, APIError{Status: http.StatusBadRequest, Code: "json_error", Message: err.Error()})
 		return
 	}
 	if req.Name == "" {
 		writeError(w, invalidInput("name is required"))
 		return
 	}
+	if req.Labels != nil {
+		if e, bad := checkLabels(*req.Labels); bad {
+			writeError(w, e)
+			return
+		}
+	}
 	for _, s := range f.servers {
 		if s.schema.Name == req.Name {
-			writeError(w, APIError{http.StatusConflict, "uniqueness_error", fmt.Sprintf("server name %q is already used", req.Name)})
+			writeError(w, APIError{Status: http.StatusConflict, Code: "uniqueness_error", Message: fmt.Sprintf("server name %q is already used", req.Name)})
 			return
 		}
 	}
@@ -476,7 +482,7 @@ func (f *Fake) createServer(w http.ResponseWriter, r *http.Request, now time.Tim
 		}
 	}
 	if !slices.ContainsFunc(st.Locations, func(l schema.ServerTypeLocation) bool { return l.Name == loc.Name && l.Available }) {
-		writeError(w, APIError{http.StatusPreconditionFailed, "invalid_input", fmt.Sprintf("server type %s is not available in %s", st.Name, loc.Name)})
+		writeError(w, APIError{Status: http.StatusPreconditionFailed, Code: "invalid_input", Message: fmt.Sprintf("server type %s is not available in %s", st.Name, loc.Name)})
 		return
 	}
 	im, ok := f.image(req.Image, st.Architecture)
@@ -562,15 +568,15 @@ func (f *Fake) updateServer(w http.ResponseWriter, r *http.Request, id int64, no
 	}
 	var req schema.ServerUpdateRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		writeError(w, APIError{Status: http.StatusBadRequest, Code: "json_error", Message: err.Error()})
 		return
 	}
 	if req.Name != "" {
 		s.schema.Name = req.Name
 	}
 	if req.Labels != nil {
-		if err := checkLabels(*req.Labels); err != nil {
-			writeError(w, invalidInput(err.Error()))
+		if e, bad := checkLabels(*req.Labels); bad {
+			writeError(w, e)
 			return
 		}
 		s.schema.Labels = maps.Clone(*req.Labels)
@@ -717,13 +723,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e APIError) {
-	writeJSON(w, e.Status, map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message, "details": map[string]any{}}})
+	details := map[string]any{}
+	if len(e.Fields) > 0 {
+		details["fields"] = e.Fields
+	}
+	writeJSON(w, e.Status, map[string]any{"error": map[string]any{"code": e.Code, "message": e.Message, "details": details}})
 }
 
 func notFound(w http.ResponseWriter) {
-	writeError(w, APIError{http.StatusNotFound, "not_found", "resource not found"})
+	writeError(w, APIError{Status: http.StatusNotFound, Code: "not_found", Message: "resource not found"})
 }
 
 func invalidInput(msg string) APIError {
-	return APIError{http.StatusBadRequest, "invalid_input", msg}
+	return APIError{Status: http.StatusBadRequest, Code: "invalid_input", Message: msg}
 }

@@ -405,33 +405,55 @@ func TestShutdownAndPoweroff(t *testing.T) {
 	}
 }
 
-// Labels that break the API's rules are refused, as the real API does.
-func TestImageLabelRules(t *testing.T) {
+// Labels that break the API's rules are refused, as the real API does,
+// wherever they are sent: creating a server, updating a server or an image.
+// The answer is the API's: 400 invalid_input "invalid input in field
+// 'labels'" with a details.fields entry for labels. A refused create makes
+// no server.
+func TestLabelRules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, client, _ := newFake(t, Options{})
-	res, _, err := client.Server.Create(ctx, createOpts("s", nil))
+	f, client, _ := newFake(t, Options{})
+	good := map[string]string{"prebake.dev/pkg-kubelet": "1_d34_d2-1_d1", "empty": "", "k": strings.Repeat("v", 63),
+		"prebake.dev/" + strings.Repeat("k", 63): "x"}
+	res, _, err := client.Server.Create(ctx, createOpts("s", good))
+	if err != nil {
+		t.Fatalf("create with valid labels: %v", err)
+	}
+	img, _, err := client.Server.CreateImage(ctx, res.Server, &hcloud.ServerCreateImageOpts{Type: hcloud.ImageTypeSnapshot, Labels: good})
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, _, err := client.Server.CreateImage(ctx, res.Server, &hcloud.ServerCreateImageOpts{Type: hcloud.ImageTypeSnapshot,
-		Labels: map[string]string{"prebake.dev/pkg-kubelet": "1_d34_d2-1_d1", "empty": ""}})
-	if err != nil {
-		t.Fatal(err)
+	isLabelError := func(err error, resp *hcloud.Response) bool {
+		var e hcloud.Error
+		if !errors.As(err, &e) || e.Code != hcloud.ErrorCodeInvalidInput || e.Message != "invalid input in field 'labels'" ||
+			resp == nil || resp.StatusCode != http.StatusBadRequest {
+			return false
+		}
+		d, ok := e.Details.(hcloud.ErrorDetailsInvalidInput)
+		return ok && len(d.Fields) == 1 && d.Fields[0].Name == "labels" && len(d.Fields[0].Messages) == 1
 	}
-	for _, bad := range []map[string]string{
+	for i, bad := range []map[string]string{
 		{"prebake.dev/pkg-kubelet": "1.34.2-1.1~"},
 		{"prebake.dev/pkg-kubelet": "1:1.0"},
 		{"-bad": "x"},
 		{"Bad_Prefix/x": "y"},
 		{"prebake.dev/" + strings.Repeat("k", 64): "x"},
 		{"k": strings.Repeat("v", 64)},
+		{"hetzner.cloud/x": "y"},
+		{"": "x"},
 	} {
-		if _, _, err := client.Image.Update(ctx, img.Image, hcloud.ImageUpdateOpts{Labels: bad}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
-			t.Errorf("image labels %v: %v, want invalid_input", bad, err)
+		if _, resp, err := client.Server.Create(ctx, createOpts(fmt.Sprint("bad-", i), bad)); !isLabelError(err, resp) {
+			t.Errorf("create with labels %v: %v, want 400 invalid_input on labels", bad, err)
 		}
-		if _, _, err := client.Server.Update(ctx, res.Server, hcloud.ServerUpdateOpts{Labels: bad}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
-			t.Errorf("server labels %v: %v, want invalid_input", bad, err)
+		if _, resp, err := client.Image.Update(ctx, img.Image, hcloud.ImageUpdateOpts{Labels: bad}); !isLabelError(err, resp) {
+			t.Errorf("image labels %v: %v, want 400 invalid_input on labels", bad, err)
 		}
+		if _, resp, err := client.Server.Update(ctx, res.Server, hcloud.ServerUpdateOpts{Labels: bad}); !isLabelError(err, resp) {
+			t.Errorf("server labels %v: %v, want 400 invalid_input on labels", bad, err)
+		}
+	}
+	if n := len(f.Servers()); n != 1 {
+		t.Fatalf("%d servers, want only the one with valid labels", n)
 	}
 }

@@ -7,21 +7,29 @@ import (
 )
 
 // APIError is an error answer of the API: the HTTP status and the body's
-// error.code and error.message.
+// error.code, error.message and, for invalid_input, error.details.fields.
 type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	Fields  []FieldError
+}
+
+// FieldError is one entry of an invalid_input error's details.fields: the
+// field and what is wrong with it.
+type FieldError struct {
+	Name     string   `json:"name"`
+	Messages []string `json:"messages"`
 }
 
 // The errors prebake must tell apart, with the statuses the real API uses.
 var (
-	ErrRateLimited           = APIError{http.StatusTooManyRequests, "rate_limit_exceeded", "limit of 3600 requests per hour reached"}
-	ErrServerError           = APIError{http.StatusInternalServerError, "server_error", "error within the API backend"}
-	ErrUnavailable           = APIError{http.StatusServiceUnavailable, "unavailable", "service unavailable"}
-	ErrResourceUnavailable   = APIError{http.StatusForbidden, "resource_unavailable", "server type currently unavailable in this location"}
-	ErrResourceLimitExceeded = APIError{http.StatusForbidden, "resource_limit_exceeded", "server limit exceeded"}
-	ErrPlacement             = APIError{http.StatusPreconditionFailed, "placement_error", "no suitable host found for placement group"}
+	ErrRateLimited           = APIError{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded", Message: "limit of 3600 requests per hour reached"}
+	ErrServerError           = APIError{Status: http.StatusInternalServerError, Code: "server_error", Message: "error within the API backend"}
+	ErrUnavailable           = APIError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "service unavailable"}
+	ErrResourceUnavailable   = APIError{Status: http.StatusForbidden, Code: "resource_unavailable", Message: "server type currently unavailable in this location"}
+	ErrResourceLimitExceeded = APIError{Status: http.StatusForbidden, Code: "resource_limit_exceeded", Message: "server limit exceeded"}
+	ErrPlacement             = APIError{Status: http.StatusPreconditionFailed, Code: "placement_error", Message: "no suitable host found for placement group"}
 )
 
 // fault is one injected failure: the next Times requests matching Method and

@@ -61,7 +61,7 @@ func (f *Fake) createImage(w http.ResponseWriter, r *http.Request, serverID int6
 	}
 	var req schema.ServerActionCreateImageRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		writeError(w, APIError{Status: http.StatusBadRequest, Code: "json_error", Message: err.Error()})
 		return
 	}
 	typ := "snapshot"
@@ -85,8 +85,8 @@ func (f *Fake) createImage(w http.ResponseWriter, r *http.Request, serverID int6
 		im.schema.Description = *req.Description
 	}
 	if req.Labels != nil {
-		if err := checkLabels(*req.Labels); err != nil {
-			writeError(w, invalidInput(err.Error()))
+		if e, bad := checkLabels(*req.Labels); bad {
+			writeError(w, e)
 			return
 		}
 		im.schema.Labels = maps.Clone(*req.Labels)
@@ -109,28 +109,42 @@ var (
 	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 )
 
-// checkLabels applies the API's label rules: a key is an optional DNS
-// subdomain prefix and "/", then a name of at most 63 characters; a value is
-// empty or like a name. The real API refuses anything else with
-// invalid_input, so a client that builds bad labels fails here too.
-func checkLabels(labels map[string]string) error {
+// checkLabels applies the API's label rules (https://docs.hetzner.cloud/,
+// "Labels"): a key is an optional DNS subdomain prefix and "/", then a name
+// of at most 63 characters, alphanumeric at both ends with '-', '_' and '.'
+// between; the prefix hetzner.cloud/ is reserved; a value is empty or like
+// a name. The real API refuses anything else with 400 invalid_input,
+// "invalid input in field 'labels'", and a details.fields entry for labels
+// ("invalid label key" or "invalid label value", as quoted in
+// hetznercloud/terraform-provider-hcloud#345 and #521), so a client that
+// builds bad labels fails here too, wherever it sends them.
+func checkLabels(labels map[string]string) (APIError, bool) {
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		name := k
-		if i := strings.LastIndex(k, "/"); i >= 0 {
-			prefix := k[:i]
-			name = k[i+1:]
-			if len(prefix) > 253 || !labelPrefix.MatchString(prefix) {
-				return fmt.Errorf("label key %q: the prefix must be a DNS subdomain", k)
-			}
-		}
-		if len(name) > 63 || !labelName.MatchString(name) {
-			return fmt.Errorf("label key %q: the name must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k)
+		if !validLabelKey(k) {
+			return invalidLabels("invalid label key"), true
 		}
 		if v := labels[k]; v != "" && (len(v) > 63 || !labelName.MatchString(v)) {
-			return fmt.Errorf("label %s: value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k, v)
+			return invalidLabels("invalid label value"), true
 		}
 	}
-	return nil
+	return APIError{}, false
+}
+
+func validLabelKey(k string) bool {
+	name := k
+	if i := strings.LastIndex(k, "/"); i >= 0 {
+		prefix := k[:i]
+		name = k[i+1:]
+		if len(prefix) > 253 || !labelPrefix.MatchString(prefix) || prefix == "hetzner.cloud" {
+			return false
+		}
+	}
+	return len(name) <= 63 && labelName.MatchString(name)
+}
+
+func invalidLabels(why string) APIError {
+	return APIError{Status: http.StatusBadRequest, Code: "invalid_input", Message: "invalid input in field 'labels'",
+		Fields: []FieldError{{Name: "labels", Messages: []string{why}}}}
 }
 
 // stopServer answers shutdown (ACPI, graceful) and poweroff: the server is
@@ -155,16 +169,16 @@ func (f *Fake) updateImage(w http.ResponseWriter, r *http.Request, id int64, _ t
 	}
 	var req schema.ImageUpdateRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		writeError(w, APIError{Status: http.StatusBadRequest, Code: "json_error", Message: err.Error()})
 		return
 	}
 	if im.schema.Type == "system" {
-		writeError(w, APIError{http.StatusForbidden, "forbidden", "system images can't be changed"})
+		writeError(w, APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "system images can't be changed"})
 		return
 	}
 	if req.Labels != nil {
-		if err := checkLabels(*req.Labels); err != nil {
-			writeError(w, invalidInput(err.Error()))
+		if e, bad := checkLabels(*req.Labels); bad {
+			writeError(w, e)
 			return
 		}
 	}
@@ -192,10 +206,10 @@ func (f *Fake) deleteImage(w http.ResponseWriter, id int64) {
 	}
 	switch {
 	case im.schema.Type == "system":
-		writeError(w, APIError{http.StatusForbidden, "forbidden", "system images can't be deleted"})
+		writeError(w, APIError{Status: http.StatusForbidden, Code: "forbidden", Message: "system images can't be deleted"})
 		return
 	case im.schema.Protection.Delete:
-		writeError(w, APIError{http.StatusLocked, "protected", fmt.Sprintf("image %d is protected against deletion", id)})
+		writeError(w, APIError{Status: http.StatusLocked, Code: "protected", Message: fmt.Sprintf("image %d is protected against deletion", id)})
 		return
 	}
 	delete(f.images, id)
@@ -210,7 +224,7 @@ func (f *Fake) changeImageProtection(w http.ResponseWriter, r *http.Request, id 
 	}
 	var req schema.ImageActionChangeProtectionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, APIError{http.StatusBadRequest, "json_error", err.Error()})
+		writeError(w, APIError{Status: http.StatusBadRequest, Code: "json_error", Message: err.Error()})
 		return
 	}
 	if req.Delete != nil {
