@@ -62,6 +62,11 @@ func TestConformance(t *testing.T) {
 		},
 		CreateErrors: []providertest.CreateErrorCase{
 			{Name: "resource_unavailable", New: failing(hcloudfake.ErrResourceUnavailable), Class: providers.ErrorOutOfResources},
+			{Name: "sold_out", New: func(t *testing.T) providers.Provider {
+				f := newFake(t, hcloudfake.Options{})
+				f.SoldOut("cx22", "fsn1", true)
+				return build(t, f)
+			}, Class: providers.ErrorOutOfResources},
 			{Name: "resource_limit_exceeded", New: failing(hcloudfake.ErrResourceLimitExceeded), Class: providers.ErrorOutOfResources},
 			{Name: "placement_error", New: failing(hcloudfake.ErrPlacement), Class: providers.ErrorOutOfResources},
 			{Name: "rate_limit_exceeded", New: failing(hcloudfake.ErrRateLimited), Class: providers.ErrorOther, Retryable: true},

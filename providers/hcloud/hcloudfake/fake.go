@@ -481,8 +481,15 @@ func (f *Fake) createServer(w http.ResponseWriter, r *http.Request, now time.Tim
 			return
 		}
 	}
-	if !slices.ContainsFunc(st.Locations, func(l schema.ServerTypeLocation) bool { return l.Name == loc.Name && l.Available }) {
-		writeError(w, APIError{Status: http.StatusPreconditionFailed, Code: "invalid_input", Message: fmt.Sprintf("server type %s is not available in %s", st.Name, loc.Name)})
+	i := slices.IndexFunc(st.Locations, func(l schema.ServerTypeLocation) bool { return l.Name == loc.Name })
+	switch {
+	case i < 0:
+		// Never sold there: the API's message (its status for it is not
+		// documented; invalid_input is a 400 elsewhere).
+		writeError(w, invalidInput("unsupported location for server type"))
+		return
+	case !st.Locations[i].Available:
+		writeError(w, ErrResourceUnavailable)
 		return
 	}
 	im, ok := f.image(req.Image, st.Architecture)

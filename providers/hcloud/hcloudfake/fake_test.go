@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,5 +456,61 @@ func TestLabelRules(t *testing.T) {
 	}
 	if n := len(f.Servers()); n != 1 {
 		t.Fatalf("%d servers, want only the one with valid labels", n)
+	}
+}
+
+// A sold-out server type is answered one way, the real API's: 412
+// resource_unavailable "error during placement", the same as the injected
+// ErrResourceUnavailable. A type never sold in a location is an input
+// error instead, and the lists show the stock.
+func TestSoldOutIsResourceUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, client, _ := newFake(t, Options{})
+	f.SoldOut("cx22", "fsn1", true)
+	create := func(name, typ, loc string) (*hcloud.Response, error) {
+		o := createOpts(name, nil)
+		o.ServerType, o.Location = &hcloud.ServerType{Name: typ}, &hcloud.Location{Name: loc}
+		_, resp, err := client.Server.Create(ctx, o)
+		return resp, err
+	}
+	answer := func(resp *hcloud.Response, err error) string {
+		var e hcloud.Error
+		if !errors.As(err, &e) || resp == nil {
+			return fmt.Sprint(err)
+		}
+		return fmt.Sprintf("%d %s %s", resp.StatusCode, e.Code, e.Message)
+	}
+	soldOut := answer(create("a", "cx22", "fsn1"))
+	f.Fail(http.MethodPost, "/servers", 1, ErrResourceUnavailable)
+	injected := answer(create("b", "cx22", "nbg1"))
+	want := "412 resource_unavailable error during placement"
+	if soldOut != want || injected != want {
+		t.Fatalf("sold out: %q; injected: %q; want both %q", soldOut, injected, want)
+	}
+	if got := answer(create("c", "cax11", "ash")); !strings.HasPrefix(got, "400 invalid_input") {
+		t.Errorf("a type never sold in the location: %q, want 400 invalid_input", got)
+	}
+	st, _, err := client.ServerType.GetByName(ctx, "cx22")
+	if err != nil {
+		t.Fatal(err)
+	}
+	avail := map[string]bool{}
+	for _, l := range st.Locations {
+		avail[l.Location.Name] = l.Available
+	}
+	dc, _, err := client.Datacenter.GetByName(ctx, "fsn1-dc1")
+	if err != nil || dc == nil {
+		t.Fatalf("datacenter fsn1-dc1: %v", err)
+	}
+	if avail["fsn1"] || !avail["nbg1"] || slices.ContainsFunc(dc.ServerTypes.Available, func(s *hcloud.ServerType) bool { return s.ID == st.ID }) {
+		t.Errorf("lists after SoldOut: cx22 availability %v, fsn1-dc1 available %v", avail, dc.ServerTypes.Available)
+	}
+	f.SoldOut("cx22", "fsn1", false)
+	if resp, err := create("d", "cx22", "fsn1"); err != nil {
+		t.Fatalf("create once back in stock: %s", answer(resp, err))
+	}
+	if n := len(f.Servers()); n != 1 {
+		t.Fatalf("%d servers, want the one made once back in stock", n)
 	}
 }

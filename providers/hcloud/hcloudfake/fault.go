@@ -1,7 +1,9 @@
 package hcloudfake
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -23,11 +25,15 @@ type FieldError struct {
 }
 
 // The errors prebake must tell apart, with the statuses the real API uses.
+// ErrResourceUnavailable is what the API answers when the server type is
+// sold out in the location (a 412 resource_unavailable "error during
+// placement", as captured in jenkinsci/hetzner-cloud-plugin#21); it is also
+// what POST /servers answers for a type SoldOut marks.
 var (
 	ErrRateLimited           = APIError{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded", Message: "limit of 3600 requests per hour reached"}
 	ErrServerError           = APIError{Status: http.StatusInternalServerError, Code: "server_error", Message: "error within the API backend"}
 	ErrUnavailable           = APIError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "service unavailable"}
-	ErrResourceUnavailable   = APIError{Status: http.StatusForbidden, Code: "resource_unavailable", Message: "server type currently unavailable in this location"}
+	ErrResourceUnavailable   = APIError{Status: http.StatusPreconditionFailed, Code: "resource_unavailable", Message: "error during placement"}
 	ErrResourceLimitExceeded = APIError{Status: http.StatusForbidden, Code: "resource_limit_exceeded", Message: "server limit exceeded"}
 	ErrPlacement             = APIError{Status: http.StatusPreconditionFailed, Code: "placement_error", Message: "no suitable host found for placement group"}
 )
@@ -78,4 +84,40 @@ func (f *Fake) SetActionDelay(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.opts.ActionDelay = d
+}
+
+// SoldOut marks serverType as sold out (or, with soldOut false, back in
+// stock) in location, as Hetzner does when it runs out of hosts: the server
+// type and datacenter lists show it unavailable there, and POST /servers
+// answers ErrResourceUnavailable. It panics on a type or location the fake
+// does not sell, a test's mistake.
+func (f *Fake) SoldOut(serverType, location string, soldOut bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	found := false
+	var typeID int64
+	for i := range f.serverTypes {
+		t := &f.serverTypes[i]
+		if t.Name != serverType {
+			continue
+		}
+		for j := range t.Locations {
+			if t.Locations[j].Name == location {
+				t.Locations[j].Available, found, typeID = !soldOut, true, t.ID
+			}
+		}
+	}
+	if !found {
+		panic(fmt.Sprintf("hcloudfake: SoldOut: server type %q is not sold in %q", serverType, location))
+	}
+	for i := range f.datacenters {
+		dc := &f.datacenters[i]
+		if dc.Location.Name != location || dc.ServerTypes == nil {
+			continue
+		}
+		dc.ServerTypes.Available = slices.DeleteFunc(dc.ServerTypes.Available, func(id int64) bool { return id == typeID })
+		if !soldOut {
+			dc.ServerTypes.Available = append(dc.ServerTypes.Available, typeID)
+		}
+	}
 }
