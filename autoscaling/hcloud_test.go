@@ -23,7 +23,7 @@ func newHcloudCore(t *testing.T) (*Core, *hcloudfake.Fake) {
 	t.Cleanup(f.Close)
 	p, err := hcloud.New(hcloud.Options{
 		Token: "t", Endpoint: f.URL(), Cluster: "test",
-		RetryBase: time.Millisecond, MaxRetries: -1, Rate: 1000, Burst: 1000,
+		RetryBase: time.Millisecond, MaxRetries: -1, Rate: 1000, Burst: 1000, PollInterval: time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +100,45 @@ func TestHcloudResourceUnavailableIsOutOfResources(t *testing.T) {
 	}
 	if len(f.Servers()) != 0 {
 		t.Fatal("a failed create left a server")
+	}
+}
+
+// A create_server action that ends in error: the create is reported to CA
+// with the provider's stable code and class and stays so across Refreshes,
+// so CA backs the group off and deletes the failed machine. The server the
+// failed create left behind is never adopted as a machine, and is deleted
+// (here the first delete fails; a Refresh's List deletes it again).
+func TestHcloudCreateActionFailureIsACreationError(t *testing.T) {
+	t.Parallel()
+	c, f := newHcloudCore(t)
+	f.FailAction("create_server", 1, hcloudfake.ErrActionUnknown)
+	f.Fail(http.MethodDelete, "/servers", 1, hcloudfake.ErrServerError)
+	if err := c.IncreaseSize("cx", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the create to fail", func() bool {
+		return slices.ContainsFunc(mustNodes(t, c, "cx"), func(v InstanceView) bool { return v.Error != nil })
+	})
+	if len(f.Servers()) != 1 {
+		t.Fatalf("servers %+v, want the one left behind", f.Servers())
+	}
+	for range 2 {
+		c.Sync(t.Context(), true)
+		v := mustNodes(t, c, "cx")
+		if len(v) != 1 || v[0].State != providers.StateCreating || v[0].Error == nil ||
+			v[0].Error.Class != providers.ErrorOther || v[0].Error.Code != "create_server_failed" {
+			t.Fatalf("instances = %+v, want one creating with Other create_server_failed", v)
+		}
+	}
+	if ss := f.Servers(); len(ss) != 0 {
+		t.Fatalf("servers %+v: the one the failed create left behind must be deleted", ss)
+	}
+	if err := c.DeleteNodes("cx", []Node{{ProviderID: mustNodes(t, c, "cx")[0].ProviderID}}); err != nil {
+		t.Fatal(err)
+	}
+	c.Sync(t.Context(), true)
+	if v := mustNodes(t, c, "cx"); len(v) != 0 {
+		t.Fatalf("instances after CA deleted the failed one: %+v", v)
 	}
 }
 

@@ -121,7 +121,7 @@ func runOurs(c config, ttl time.Duration) (result, error) {
 	defer f.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := hcloud.New(hcloud.Options{Token: "bench", Endpoint: f.URL(), Cluster: "bench", Now: clk.Now,
-		Rate: 1e6, Burst: 1e6, RetryBase: time.Millisecond, Logger: quiet})
+		Rate: 1e6, Burst: 1e6, RetryBase: time.Millisecond, PollInterval: time.Millisecond, Logger: quiet})
 	if err != nil {
 		return result{}, err
 	}

@@ -30,7 +30,7 @@ func newSSHBuilder(t *testing.T, exec builderssh.Exec) sshBuilder {
 	f := newFake(t, hcloudfake.Options{Now: clk.Now})
 	sshd := builderssh.New(f, exec)
 	t.Cleanup(sshd.Close)
-	p, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "c", MaxRetries: -1, Now: clk.Now, BuilderDial: sshd.Dial})
+	p, err := New(Options{Token: testToken, Endpoint: f.URL(), PollInterval: time.Millisecond, Cluster: "c", MaxRetries: -1, Now: clk.Now, BuilderDial: sshd.Dial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestBuilderReportUnusable(t *testing.T) {
 
 	// Another process (a re-run) has no keys for it: its report is out of reach, and
 	// booting the same builder replaces it.
-	other, err := New(Options{Token: testToken, Endpoint: b.fake.URL(), Cluster: "c", MaxRetries: -1, Now: b.clock.Now, BuilderDial: b.sshd.Dial})
+	other, err := New(Options{Token: testToken, Endpoint: b.fake.URL(), PollInterval: time.Millisecond, Cluster: "c", MaxRetries: -1, Now: b.clock.Now, BuilderDial: b.sshd.Dial})
 	if err != nil {
 		t.Fatal(err)
 	}

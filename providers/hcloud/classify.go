@@ -17,14 +17,23 @@ import (
 func (p *Provider) Classify(err error) providers.Classification {
 	var apiErr hcloud.Error
 	var netErr net.Error
+	var actionErr *createActionError
 	switch {
 	case err == nil:
 		return providers.Classification{}
+	case errors.As(err, &actionErr):
+		// The API accepted the server and its create_server action failed.
+		// Capacity codes keep their class; anything else is one stable code.
+		if isOutOfResources(hcloud.ErrorCode(actionErr.action.Code)) {
+			return providers.Classification{Class: providers.ErrorOutOfResources, Code: actionErr.action.Code}
+		}
+		return providers.Classification{Class: providers.ErrorOther, Code: "create_server_failed"}
 	case errors.As(err, &apiErr):
 		code := string(apiErr.Code)
-		switch apiErr.Code {
-		case hcloud.ErrorCodeResourceUnavailable, hcloud.ErrorCodeResourceLimitExceeded, hcloud.ErrorCodePlacementError:
+		if isOutOfResources(apiErr.Code) {
 			return providers.Classification{Class: providers.ErrorOutOfResources, Code: code}
+		}
+		switch apiErr.Code {
 		case hcloud.ErrorCodeRateLimitExceeded, hcloud.ErrorCodeServerError, hcloud.ErrorCodeServiceError,
 			hcloud.ErrorCodeMaintenance, hcloud.ErrorCodeConflict, hcloud.ErrorCodeLocked, hcloud.ErrorCodeBadGateway,
 			hcloud.ErrorCodeTimeout, hcloud.ErrorCodeRobotUnavailable, "unavailable":
@@ -51,6 +60,16 @@ func (p *Provider) Classify(err error) providers.Classification {
 		return providers.Classification{Class: providers.ErrorOther, Code: "http_error"}
 	}
 	return providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}
+}
+
+// isOutOfResources reports the codes that mean no capacity or limit left
+// for this group: CA fails over to another one.
+func isOutOfResources(c hcloud.ErrorCode) bool {
+	switch c {
+	case hcloud.ErrorCodeResourceUnavailable, hcloud.ErrorCodeResourceLimitExceeded, hcloud.ErrorCodePlacementError:
+		return true
+	}
+	return false
 }
 
 // statusError carries the HTTP status of a response that was not an API

@@ -18,7 +18,7 @@ const testToken = "test-token"
 func newTestProvider(t *testing.T, f *hcloudfake.Fake, retries int) *Provider {
 	t.Helper()
 	p, err := New(Options{
-		Token: testToken, Endpoint: f.URL(), Cluster: "c",
+		Token: testToken, Endpoint: f.URL(), Cluster: "c", PollInterval: time.Millisecond,
 		RetryBase: time.Millisecond, MaxRetries: retries, Rate: 1000, Burst: 1000,
 	})
 	if err != nil {
@@ -62,6 +62,11 @@ func TestConformance(t *testing.T) {
 		},
 		CreateErrors: []providertest.CreateErrorCase{
 			{Name: "resource_unavailable", New: failing(hcloudfake.ErrResourceUnavailable), Class: providers.ErrorOutOfResources},
+			{Name: "create_server_failed", New: func(t *testing.T) providers.Provider {
+				f := newFake(t, hcloudfake.Options{})
+				f.FailAction("create_server", 1, hcloudfake.ErrActionUnknown)
+				return build(t, f)
+			}, Class: providers.ErrorOther},
 			{Name: "sold_out", New: func(t *testing.T) providers.Provider {
 				f := newFake(t, hcloudfake.Options{})
 				f.SoldOut("cx22", "fsn1", true)

@@ -11,6 +11,10 @@
 //     core chose, and Hetzner names are unique per project, so a retry finds
 //     the first server (by name lookup, or through uniqueness_error) instead
 //     of making a second one.
+//   - Create returns once the server's create_server action has ended: an
+//     accepted server can still fail there. A failed one is a creation error
+//     (create_server_failed); the server it may leave behind is deleted and
+//     never listed, so it is never adopted as a machine.
 //   - The providerID is hcloud://<server id> (package providerid), known only
 //     once Create returns; ProviderID answers known=false.
 //   - Every request goes through one pacer (an http.RoundTripper) that reads

@@ -28,6 +28,10 @@ const (
 	// headers show plenty of budget (Hetzner: 3600/h, so 1/s sustained).
 	DefaultRate  = rate.Limit(5)
 	DefaultBurst = 20
+	// DefaultPollInterval is Options.PollInterval's default: a
+	// create_server action takes seconds, so polls at 1, 3, 7 and 15 s
+	// see most through in four requests.
+	DefaultPollInterval = time.Second
 	// perPage is the largest page the API serves.
 	perPage = 50
 )
@@ -55,6 +59,10 @@ type Options struct {
 	// DefaultRate and DefaultBurst.
 	Rate  rate.Limit
 	Burst int
+	// PollInterval is the first wait before an action (a create_server that
+	// Create waits for, an image's snapshot) is polled; later waits double
+	// up to ten times it. Default DefaultPollInterval.
+	PollInterval time.Duration
 	// RetryBase is the first backoff of hcloud-go's retries (429, conflict,
 	// 502, 504), doubled each time with full jitter up to a minute; default
 	// 1s. MaxRetries defaults to 3; negative means none.
@@ -98,6 +106,12 @@ type Provider struct {
 	zonesMu sync.Mutex
 	zones   map[string]string
 
+	// failedMu guards failed: the servers whose create_server action
+	// ended in error, by id, until a List no longer finds them; true once
+	// our delete of one was accepted.
+	failedMu sync.Mutex
+	failed   map[int64]bool
+
 	// typesMu guards types and typesAt: the cached server type table.
 	typesMu sync.Mutex
 	types   map[string]*hcloud.ServerType
@@ -128,6 +142,9 @@ func New(o Options) (*Provider, error) {
 	}
 	if o.RetryBase <= 0 {
 		o.RetryBase = time.Second
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
 	}
 	switch {
 	case o.MaxRetries == 0:
@@ -164,6 +181,11 @@ func New(o Options) (*Provider, error) {
 			}),
 			MaxRetries: o.MaxRetries,
 		}),
+		hcloud.WithPollOpts(hcloud.PollOpts{
+			BackoffFunc: hcloud.ExponentialBackoffWithOpts(hcloud.ExponentialBackoffOpts{
+				Base: o.PollInterval, Multiplier: 2, Cap: 10 * o.PollInterval,
+			}),
+		}),
 	}
 	if o.Endpoint != "" {
 		opts = append(opts, hcloud.WithEndpoint(o.Endpoint))
@@ -178,6 +200,7 @@ func New(o Options) (*Provider, error) {
 		now:         o.Now,
 		builderDial: o.BuilderDial,
 		builders:    map[string]builderAccess{},
+		failed:      map[int64]bool{},
 	}
 	for _, id := range o.Networks {
 		p.networks = append(p.networks, &hcloud.Network{ID: id})

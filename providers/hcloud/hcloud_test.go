@@ -30,7 +30,7 @@ func TestCreateSendsEverything(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, hcloudfake.Options{})
 	p, err := New(Options{
-		Token: testToken, Endpoint: f.URL(), Cluster: "c", Image: "debian-12",
+		Token: testToken, Endpoint: f.URL(), Cluster: "c", Image: "debian-12", PollInterval: time.Millisecond,
 		Networks: []int64{1}, Firewalls: []int64{2, 3}, SSHKeys: []int64{4}, PlacementGroup: 5,
 	})
 	if err != nil {
@@ -95,7 +95,7 @@ func TestCreateRaceMakesOneServer(t *testing.T) {
 func TestCreateRefusesForeignName(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, hcloudfake.Options{})
-	other, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "other"})
+	other, err := New(Options{Token: testToken, Endpoint: f.URL(), PollInterval: time.Millisecond, Cluster: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,13 +144,16 @@ func TestListStates(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	f := newFake(t, hcloudfake.Options{Now: clock, Initializing: time.Second, Starting: time.Second, ActionDelay: time.Second})
+	// The create action ends at once (Create waits for it); the delete
+	// action takes a second.
+	f := newFake(t, hcloudfake.Options{Now: clock, Initializing: time.Second, Starting: time.Second})
 	p := newTestProvider(t, f, -1)
 	ctx := context.Background()
 	in, err := p.Create(ctx, request("m", "g"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.SetActionDelay(time.Second)
 	check := func(want providers.InstanceState) {
 		t.Helper()
 		ins, err := p.List(ctx)
@@ -203,6 +206,71 @@ func TestRetriesRateLimitAndServerErrors(t *testing.T) {
 	}
 }
 
+// A create_server action that ends in error fails Create with a stable
+// code. The server it left behind is deleted and never listed, so the core
+// keeps the failed creation and its error for CA; if that delete fails, the
+// next List tries it again.
+func TestCreateActionFails(t *testing.T) {
+	t.Parallel()
+	for _, cleanupFails := range []bool{false, true} {
+		t.Run(fmt.Sprint("cleanupFails=", cleanupFails), func(t *testing.T) {
+			t.Parallel()
+			clk := hcloudfake.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			f := newFake(t, hcloudfake.Options{Now: clk.Now})
+			p := newTestProvider(t, f, -1)
+			ctx := context.Background()
+			f.FailAction("create_server", 1, hcloudfake.ErrActionUnknown)
+			f.SetActionDelay(time.Minute) // the cleanup's delete runs while we look
+			if cleanupFails {
+				f.Fail(http.MethodDelete, "/servers", 1, hcloudfake.ErrServerError)
+			}
+			done := make(chan error, 1)
+			go func() { _, err := p.Create(ctx, request("m", "g")); done <- err }()
+			// Create waits for its create_server action: poll until it
+			// does, then end the action on the fake's clock.
+			for f.Calls(http.MethodGet, "/actions") == 0 {
+				select {
+				case err := <-done:
+					t.Fatalf("Create returned (%v) without waiting for its create_server action", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			clk.Advance(time.Minute)
+			err := <-done
+			if err == nil || !strings.Contains(err.Error(), "create_server action failed") || !strings.Contains(err.Error(), "unknown_error") {
+				t.Fatalf("Create = %v, want the create_server action's failure", err)
+			}
+			if c := p.Classify(err); c != (providers.Classification{Class: providers.ErrorOther, Code: "create_server_failed"}) {
+				t.Fatalf("Classify = %+v, want Other create_server_failed, not retryable", c)
+			}
+			if cleanupFails != strings.Contains(err.Error(), "tried again") {
+				t.Errorf("Create = %v; it must say whether the server left behind is still there", err)
+			}
+			status := func() string {
+				if ss := f.Servers(); len(ss) == 1 {
+					return ss[0].Status
+				}
+				return "gone"
+			}
+			var got []string
+			for range 3 {
+				got = append(got, status())
+				if l, err := p.List(ctx); err != nil || len(l) != 0 {
+					t.Fatalf("List = %+v, %v; the server of a failed create must not be listed", l, err)
+				}
+				clk.Advance(time.Minute)
+			}
+			want := []string{"deleting", "gone", "gone"}
+			if cleanupFails {
+				want = []string{"off", "gone", "gone"} // the first List deletes it again
+			}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Fatalf("the server left behind, before each List (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	p := &Provider{}
@@ -226,6 +294,10 @@ func TestClassify(t *testing.T) {
 		{"bare 502", &statusError{status: 502, err: hcloud.ErrStatusCode}, providers.Classification{Class: providers.ErrorOther, Code: "api_5xx", Retryable: true}},
 		{"bare 404", &statusError{status: 404, err: hcloud.ErrStatusCode}, providers.Classification{Class: providers.ErrorOther, Code: "http_error"}},
 		{"other", errors.New("boom"), providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}},
+		{"create action", fmt.Errorf("x: %w", &createActionError{action: hcloud.ActionError{Code: "unknown_error", Message: "Unknown Error"}}),
+			providers.Classification{Class: providers.ErrorOther, Code: "create_server_failed"}},
+		{"create action out of capacity", &createActionError{action: hcloud.ActionError{Code: "resource_unavailable", Message: "error during placement"}},
+			providers.Classification{Class: providers.ErrorOutOfResources, Code: "resource_unavailable"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -332,7 +404,7 @@ func TestTopologyLabels(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newFake(t, hcloudfake.Options{})
-	p, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "c", MaxRetries: -1})
+	p, err := New(Options{Token: testToken, Endpoint: f.URL(), PollInterval: time.Millisecond, Cluster: "c", MaxRetries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 func newImageProvider(t *testing.T, o hcloudfake.Options) (*Provider, *hcloudfake.Fake) {
 	t.Helper()
 	f := newFake(t, o)
-	p, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "c", MaxRetries: -1, SSHKeys: []int64{7}})
+	p, err := New(Options{Token: testToken, Endpoint: f.URL(), PollInterval: time.Millisecond, Cluster: "c", MaxRetries: -1, SSHKeys: []int64{7}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestListInstancesReportsBootImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "c", Image: snap.ID, MaxRetries: -1})
+	other, err := New(Options{Token: testToken, Endpoint: f.URL(), PollInterval: time.Millisecond, Cluster: "c", Image: snap.ID, MaxRetries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

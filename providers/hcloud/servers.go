@@ -2,6 +2,7 @@ package hcloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -20,11 +21,56 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hcloud: list servers of cluster %q: %w", p.cluster, err)
 	}
+	return p.withoutFailed(ctx, servers), nil
+}
+
+// withoutFailed drops the servers whose create_server action failed: they
+// are no machines of a group (the core keeps the failed creation and its
+// error for CA), and they are deleted. A delete of one that failed before
+// is tried again here, until one is accepted; once a List no longer finds
+// the server, it is forgotten.
+func (p *Provider) withoutFailed(ctx context.Context, servers []*hcloud.Server) []providers.Instance {
 	out := make([]providers.Instance, 0, len(servers))
+	var retry []*hcloud.Server
+	p.failedMu.Lock()
+	seen := map[int64]bool{}
 	for _, s := range servers {
+		if deleting, ok := p.failed[s.ID]; ok {
+			seen[s.ID] = true
+			if !deleting {
+				retry = append(retry, s)
+			}
+			continue
+		}
 		out = append(out, instance(s))
 	}
-	return out, nil
+	for id := range p.failed {
+		if !seen[id] {
+			delete(p.failed, id) // gone
+		}
+	}
+	p.failedMu.Unlock()
+	for _, s := range retry {
+		_ = p.cleanUp(ctx, s)
+	}
+	return out
+}
+
+// cleanUp deletes a server whose create failed and records whether the
+// delete was accepted; it returns the delete's error.
+func (p *Provider) cleanUp(ctx context.Context, s *hcloud.Server) error {
+	_, resp, err := p.client.Server.DeleteWithResult(ctx, s)
+	if hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		err = nil
+	}
+	p.failedMu.Lock()
+	p.failed[s.ID] = err == nil
+	p.failedMu.Unlock()
+	if err != nil {
+		err = wrapStatus(err, resp)
+		p.log.Warn("hcloud: deleting a server whose create failed; trying again at the next list", "providerID", providerid.Format(s.ID), "err", err)
+	}
+	return err
 }
 
 // instance is the core's view of a server.
@@ -62,8 +108,8 @@ func state(s hcloud.ServerStatus) providers.InstanceState {
 	return providers.StateRunning
 }
 
-// Create implements providers.Provider. It returns once the API accepted the
-// server; the boot is followed through List.
+// Create implements providers.Provider. It returns once the server's
+// create_server action has ended; the boot is followed through List.
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	if in, found, err := p.byName(ctx, req.Name); err != nil || found {
 		return in, err
@@ -115,6 +161,19 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		return providers.Instance{}, fmt.Errorf("hcloud: create server %q (group %q, type %s, location %s): %w",
 			req.Name, req.Group, req.MachineType, req.Location, wrapStatus(err, resp))
 	}
+	// Accepted is not created: the create_server action can still fail,
+	// and only waiting for it tells (one poll or a few, see PollInterval).
+	// The start_server that follows is left to List.
+	if err := p.client.Action.WaitFor(ctx, res.Action); err != nil {
+		var ae hcloud.ActionError
+		if errors.As(err, &ae) {
+			return providers.Instance{}, p.createFailed(ctx, req, res.Server, ae)
+		}
+		// The answer was lost (a timeout, a 5xx while polling): the
+		// server exists, and a retry of Create finds it by name.
+		return providers.Instance{}, fmt.Errorf("hcloud: create server %q (group %q, id %d): wait for its create_server action: %w",
+			req.Name, req.Group, res.Server.ID, err)
+	}
 	in := instance(res.Server)
 	// The create answer may omit labels in edge cases; the request's are
 	// the truth.
@@ -123,6 +182,39 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	}
 	p.log.Info("hcloud server created", "group", req.Group, "instance", req.Name, "providerID", in.ProviderID)
 	return in, nil
+}
+
+// createActionError is a create_server action that ended in error.
+type createActionError struct {
+	name, group string
+	id          int64
+	action      hcloud.ActionError
+	cleanup     error // our first delete of the server left behind; nil if accepted
+}
+
+func (e *createActionError) Error() string {
+	msg := fmt.Sprintf("hcloud: create server %q (group %q): its create_server action failed: %s (%s)",
+		e.name, e.group, e.action.Message, e.action.Code)
+	if e.cleanup != nil {
+		msg += fmt.Sprintf("; deleting server %d, left behind, failed too (%v): it is tried again at every list", e.id, e.cleanup)
+	}
+	return msg
+}
+
+// createFailed handles a create_server action that ended in error. The
+// server may be left behind, broken (reports of failed creates describe
+// servers left off): it is deleted, and List leaves it out from now on, so
+// the core keeps the failed creation with its error, which CA fails over
+// on, and never adopts the broken server as a machine.
+func (p *Provider) createFailed(ctx context.Context, req providers.CreateRequest, s *hcloud.Server, ae hcloud.ActionError) error {
+	p.failedMu.Lock()
+	p.failed[s.ID] = false // before the delete: a List meanwhile must leave it out
+	p.failedMu.Unlock()
+	e := &createActionError{name: req.Name, group: req.Group, id: s.ID, action: ae}
+	e.cleanup = p.cleanUp(ctx, s)
+	p.log.Warn("hcloud create_server action failed", "group", req.Group, "instance", req.Name, "providerID", providerid.Format(s.ID),
+		"code", ae.Code, "cleanedUp", e.cleanup == nil)
+	return e
 }
 
 // byName finds our server with this name.

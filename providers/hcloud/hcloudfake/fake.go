@@ -59,6 +59,7 @@ type Fake struct {
 	locations   []schema.Location
 	datacenters []schema.Datacenter
 	faults      []*fault
+	actionFails []*actionFault
 	calls       map[string]int // "GET /servers" → count
 	tokens      float64        // rate-limit bucket
 	refilled    time.Time      // when tokens was last brought up to date
@@ -78,7 +79,11 @@ type server struct {
 type action struct {
 	schema   schema.Action
 	finishAt time.Time
-	onDone   func() // runs once, under f.mu, when the action finishes
+	// fail, when set, is the error the action ends with (FailAction).
+	fail *ActionError
+	// onDone runs once, under f.mu, when the action finishes; failed tells
+	// an action that ended in error.
+	onDone func(failed bool)
 }
 
 type image struct {
@@ -215,10 +220,14 @@ func (f *Fake) settle(now time.Time) {
 		if a.schema.Status == "running" && !now.Before(a.finishAt) {
 			a.schema.Status = "success"
 			a.schema.Progress = 100
+			if a.fail != nil {
+				a.schema.Status = "error"
+				a.schema.Error = &schema.ActionError{Code: a.fail.Code, Message: a.fail.Message}
+			}
 			fin := a.finishAt
 			a.schema.Finished = &fin
 			if a.onDone != nil {
-				a.onDone()
+				a.onDone(a.fail != nil)
 				a.onDone = nil
 			}
 		}
@@ -257,6 +266,7 @@ func (f *Fake) newAction(command string, now time.Time, res ...schema.ActionReso
 			Resources: res,
 		},
 		finishAt: now.Add(f.opts.ActionDelay),
+		fail:     f.takeActionFault(command),
 	}
 	if a.schema.Resources == nil {
 		a.schema.Resources = []schema.ActionResourceReference{}
@@ -544,9 +554,22 @@ func (f *Fake) createServer(w http.ResponseWriter, r *http.Request, now time.Tim
 	f.servers[id] = s
 	ref := schema.ActionResourceReference{ID: id, Type: "server"}
 	create := f.newAction("create_server", now, ref)
+	// A server whose create failed stays behind, off: what reports of
+	// failed creates describe (terraform-provider-hcloud#469: "I can see
+	// the server created in console"; kube-hetzner#49: "one of them is
+	// off").
+	create.onDone = func(failed bool) {
+		if failed {
+			s.started = false
+		}
+	}
 	resp := schema.ServerCreateResponse{Server: f.view(s, now), Action: create.schema, NextActions: []schema.Action{}}
 	if s.started {
-		resp.NextActions = append(resp.NextActions, f.newAction("start_server", now, ref).schema)
+		start := f.newAction("start_server", now, ref)
+		if create.fail != nil && start.fail == nil {
+			start.fail = create.fail // nothing to start
+		}
+		resp.NextActions = append(resp.NextActions, start.schema)
 	}
 	writeJSON(w, http.StatusCreated, resp)
 }

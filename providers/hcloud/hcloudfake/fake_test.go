@@ -514,3 +514,57 @@ func TestSoldOutIsResourceUnavailable(t *testing.T) {
 		t.Fatalf("%d servers, want the one made once back in stock", n)
 	}
 }
+
+// An injected action failure: the request is accepted, and the action
+// ends in status "error" with the error given. A failed create_server
+// leaves its server behind, off; a failed snapshot leaves no image. The
+// fault is used up: the next create succeeds.
+func TestFailAction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, client, clk := newFake(t, Options{ActionDelay: 5 * time.Second})
+	f.FailAction("create_server", 1, ErrActionUnknown)
+	res, _, err := client.Server.Create(ctx, createOpts("s1", nil))
+	if err != nil {
+		t.Fatalf("a create whose action will fail is answered as usual: %v", err)
+	}
+	if res.Action.Status != hcloud.ActionStatusRunning {
+		t.Fatalf("create action %+v, want running", res.Action)
+	}
+	clk.Advance(5 * time.Second)
+	err = client.Action.WaitFor(ctx, append([]*hcloud.Action{res.Action}, res.NextActions...)...)
+	var ae hcloud.ActionError
+	if !errors.As(err, &ae) || ae.Code != "unknown_error" || ae.Message != "Unknown Error" {
+		t.Fatalf("WaitFor = %v, want the action's unknown_error", err)
+	}
+	for _, a := range append([]*hcloud.Action{res.Action}, res.NextActions...) {
+		got, _, err := client.Action.GetByID(ctx, a.ID)
+		if err != nil || got.Status != hcloud.ActionStatusError || got.ErrorCode != "unknown_error" {
+			t.Errorf("action %s = %+v, %v; want status error, code unknown_error", a.Command, got, err)
+		}
+	}
+	if s := f.Servers(); len(s) != 1 || s[0].Status != "off" {
+		t.Fatalf("servers after the failed create: %+v, want one, off", s)
+	}
+	ok, _, err := client.Server.Create(ctx, createOpts("s2", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := client.Action.WaitFor(ctx, ok.Action); err != nil {
+		t.Fatalf("the next create: %v", err)
+	}
+
+	f.FailAction("create_image", 1, ErrActionUnknown)
+	snap, _, err := client.Server.CreateImage(ctx, ok.Server, &hcloud.ServerCreateImageOpts{Type: hcloud.ImageTypeSnapshot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := client.Action.WaitFor(ctx, snap.Action); !errors.As(err, &ae) {
+		t.Fatalf("snapshot WaitFor = %v, want an action error", err)
+	}
+	if im, _, err := client.Image.GetByID(ctx, snap.Image.ID); err != nil || im != nil {
+		t.Fatalf("image of a failed snapshot: %+v, %v; want none", im, err)
+	}
+}

@@ -78,6 +78,53 @@ func (f *Fake) takeFault(r *http.Request) (APIError, bool) {
 	return APIError{}, false
 }
 
+// ActionError is how a failed action ends: its error.code and
+// error.message.
+type ActionError struct {
+	Code    string
+	Message string
+}
+
+// ErrActionUnknown is the failure reports of failed server actions show
+// ("action 273224989 failed: Unknown Error (unknown_error)",
+// terraform-provider-hcloud#483).
+var ErrActionUnknown = ActionError{Code: "unknown_error", Message: "Unknown Error"}
+
+type actionFault struct {
+	command string
+	times   int
+	err     ActionError
+}
+
+// FailAction makes the next n actions with this command (such as
+// "create_server", "start_server", "create_image"; any if "") end in
+// status "error" with err when they finish, instead of "success". The
+// request that starts one is answered as usual. A create_server that fails
+// leaves its server behind, off; a create_image that fails leaves no image.
+// Faults queue like Fail's.
+func (f *Fake) FailAction(command string, n int, err ActionError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.actionFails = append(f.actionFails, &actionFault{command: command, times: n, err: err})
+}
+
+// takeActionFault consumes and returns the first action fault matching
+// command. f.mu is held.
+func (f *Fake) takeActionFault(command string) *ActionError {
+	for i, ft := range f.actionFails {
+		if ft.command != "" && ft.command != command {
+			continue
+		}
+		ft.times--
+		if ft.times <= 0 {
+			f.actionFails = append(f.actionFails[:i], f.actionFails[i+1:]...)
+		}
+		e := ft.err
+		return &e
+	}
+	return nil
+}
+
 // SetActionDelay changes how long new actions run before they succeed:
 // slow actions.
 func (f *Fake) SetActionDelay(d time.Duration) {

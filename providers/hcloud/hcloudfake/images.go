@@ -95,7 +95,11 @@ func (f *Fake) createImage(w http.ResponseWriter, r *http.Request, serverID int6
 	a := f.newAction("create_image", now,
 		schema.ActionResourceReference{ID: serverID, Type: "server"},
 		schema.ActionResourceReference{ID: im.schema.ID, Type: "image"})
-	a.onDone = func() {
+	a.onDone = func(failed bool) {
+		if failed {
+			delete(f.images, im.schema.ID)
+			return
+		}
 		im.schema.Status = "available"
 		size := im.schema.DiskSize / 4
 		im.schema.ImageSize = &size
@@ -156,7 +160,7 @@ func (f *Fake) stopServer(w http.ResponseWriter, id int64, command string, now t
 		return
 	}
 	a := f.newAction(map[string]string{"shutdown": "shutdown_server", "poweroff": "stop_server"}[command], now, schema.ActionResourceReference{ID: id, Type: "server"})
-	a.onDone = func() { s.started = false }
+	a.onDone = func(failed bool) { s.started = s.started && failed }
 	f.settle(now)
 	writeJSON(w, http.StatusCreated, schema.ServerActionShutdownResponse{Action: a.schema})
 }
