@@ -173,10 +173,19 @@ func TestListPagesAndSelects(t *testing.T) {
 		"prebake.dev/cluster!=c":                     30,
 		"prebake.dev/group":                          120,
 		"!prebake.dev/group":                         0,
+		// Set-based requirements, commas inside the parentheses included.
+		"prebake.dev/cluster=c,prebake.dev/group in (g0,g2)":   60,
+		"prebake.dev/group notin (g0, g2),prebake.dev/cluster": 40,
+		"prebake.dev/cluster=c,prebake.dev/group in (g9)":      0,
 	} {
 		got, err := client.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: sel}})
 		if err != nil || len(got) != want {
 			t.Errorf("selector %q: %d servers, %v; want %d", sel, len(got), err, want)
+		}
+	}
+	for _, bad := range []string{"prebake.dev/group in (g0", "prebake.dev/group in g0)", "prebake.dev/group among (g0)", "(g0)"} {
+		if _, err := client.Server.AllWithOpts(ctx, hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: bad}}); !hcloud.IsError(err, hcloud.ErrorCodeInvalidInput) {
+			t.Errorf("selector %q: %v, want invalid_input", bad, err)
 		}
 	}
 	byName, _, err := client.Server.GetByName(ctx, "s-7")
