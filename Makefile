@@ -57,7 +57,7 @@ demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
 bench: ## benchmark table: 100 groups, 5000 instances
 	$(GO) run ./bench
 
-bench-hcloud: ## Hetzner API requests per simulated hour, 1000 servers in 20 groups: ours vs naive (docs/performance.md)
+bench-hcloud: ## Hetzner API requests per simulated hour, 1000 servers in 20 groups: the default vs a full scan per re-list vs naive (docs/performance.md)
 	$(GO) run ./bench/hcloudrate
 
 bench-gce: ## Compute Engine API requests per Refresh and per simulated hour, 1000 instances in 20 groups (docs/performance.md)

@@ -1,17 +1,23 @@
 // Command hcloudrate counts the Hetzner Cloud API requests prebake makes in
-// one simulated hour, against what a naive provider (one that calls the API
-// on every read RPC) would make, and prints a markdown table.
+// one simulated hour, with the default provider (full scans paced by the
+// budget, in-flight servers refreshed in between) and with the behaviour
+// before it (a full scan on every re-list), against what a naive provider
+// (one that calls the API on every read RPC) would make, and prints a
+// markdown table. After each hour it deletes one server behind prebake's
+// back, as in the console, and measures how long the core takes to notice.
 //
 // The fleet is 1,000 servers in 20 groups on the fake API
-// (providers/hcloud/hcloudfake). CA's loop (spec externalgrpc §7.2) runs every
+// (providers/hcloud/hcloudfake). CA's loop runs every
 // 10 s of simulated time: Refresh, NodeGroups, TargetSize 3× per group,
 // NodeGroupForNode per node, NodeGroupNodes and TemplateNodeInfo where CA asks
 // for them; every 5 minutes one group scales up by 5 and, a minute later,
 // back down. Time is simulated (a shared clock drives the core, the provider
-// and the fake), so the counts are exact and the run takes seconds; the
-// requests themselves are real HTTP requests through hcloud-go.
+// and the fake), so the counts do not depend on the machine (with the
+// inventory, within a few requests: whether a re-list finds a create still
+// in flight depends on when the workers finish) and an hour of prebake takes
+// seconds; the requests themselves are real HTTP requests through hcloud-go.
 //
-//	go run ./bench/hcloudrate [-servers 1000] [-groups 20] [-hour 1h]
+//	go run ./bench/hcloudrate [-servers 1000] [-groups 20] [-hour 1h] [-ttls 10s,60s] [-naive=true]
 package main
 
 import (
@@ -21,6 +27,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +64,18 @@ type result struct {
 	requests         int
 	creates, deletes int
 	lists            int // GET /servers
+	// noticed is how long the core took to drop a server deleted behind
+	// its back; 0 for the naive provider, which has no snapshot.
+	noticed time.Duration
+}
+
+// The two provider behaviours measured side by side.
+var behaviours = []struct {
+	name      string
+	scanShare float64 // hcloud.Options.ScanShare
+}{
+	{"prebake before: a full scan on every re-list", -1},
+	{"prebake (default): full scans paced by the budget, in-flight servers between", 0},
 }
 
 func main() {
@@ -64,7 +84,8 @@ func main() {
 	flag.IntVar(&c.servers, "servers", 1000, "servers in the fleet")
 	flag.IntVar(&c.groups, "groups", 20, "node groups")
 	flag.DurationVar(&c.hour, "hour", time.Hour, "simulated duration")
-	flag.StringVar(&ttls, "ttls", "10s,30s,60s", "refresh TTLs (refreshInterval) to measure")
+	flag.StringVar(&ttls, "ttls", "10s,60s", "refresh TTLs (refreshInterval) to measure")
+	naive := flag.Bool("naive", true, "also measure the naive provider (its hour takes minutes: ~380,000 requests)")
 	flag.Parse()
 	for s := range strings.SplitSeq(ttls, ",") {
 		d, err := time.ParseDuration(s)
@@ -76,9 +97,23 @@ func main() {
 	}
 	var rows []result
 	for _, ttl := range c.ttls {
-		fmt.Fprintf(os.Stderr, "prebake, refreshInterval %v ...\n", ttl)
+		for _, b := range behaviours {
+			fmt.Fprintf(os.Stderr, "%s, refreshInterval %v ...\n", b.name, ttl)
+			start := time.Now()
+			r, err := runOurs(c, ttl, b.scanShare)
+			fmt.Fprintf(os.Stderr, "  took %v\n", time.Since(start).Round(time.Millisecond))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			r.name = fmt.Sprintf("%s, `refreshInterval: %v`", b.name, ttl)
+			rows = append(rows, r)
+		}
+	}
+	if *naive {
+		fmt.Fprintln(os.Stderr, "naive ...")
 		start := time.Now()
-		r, err := runOurs(c, ttl)
+		r, err := runNaive(c)
 		fmt.Fprintf(os.Stderr, "  took %v\n", time.Since(start).Round(time.Millisecond))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -86,23 +121,18 @@ func main() {
 		}
 		rows = append(rows, r)
 	}
-	fmt.Fprintln(os.Stderr, "naive ...")
-	start := time.Now()
-	r, err := runNaive(c)
-	fmt.Fprintf(os.Stderr, "  took %v\n", time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	rows = append(rows, r)
-	fmt.Printf("Hetzner API requests in %v of simulated time: %d servers in %d groups, CA loop every %v, "+
-		"%d creates and %d deletes of churn. Budget: %d requests/hour.\n\n",
+	fmt.Printf("Hetzner API requests in %v of simulated time (SIMULATED: the fake API on a simulated clock): "+
+		"%d servers in %d groups, CA loop every %v, %d creates and %d deletes of churn. Budget: %d requests/hour.\n\n",
 		c.hour, c.servers, c.groups, loop, rows[0].creates, rows[0].deletes, Budget)
-	fmt.Println("| provider | requests | of which GET /servers (scan pages, name look-ups) | creates | deletes | share of the 3,600/h budget |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Println("| provider | requests | of which GET /servers (scan pages, in-flight refreshes, name look-ups) | creates | deletes | share of the 3,600/h budget | a server deleted in the console is dropped after |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		perHour := float64(r.requests) / c.hour.Hours()
-		fmt.Printf("| %s | %d | %d | %d | %d | %.0f%% |\n", r.name, r.requests, r.lists, r.creates, r.deletes, 100*perHour/Budget)
+		noticed := "n/a"
+		if r.noticed > 0 {
+			noticed = r.noticed.String()
+		}
+		fmt.Printf("| %s | %d | %d | %d | %d | %.0f%% | %s |\n", r.name, r.requests, r.lists, r.creates, r.deletes, 100*perHour/Budget, noticed)
 	}
 }
 
@@ -113,15 +143,19 @@ func newFake(clk *hcloudfake.Clock) *hcloudfake.Fake {
 
 func groupID(i int) string { return fmt.Sprintf("pool-%02d", i) }
 
-// runOurs replays the hour against prebake's core and hcloud provider.
-func runOurs(c config, ttl time.Duration) (result, error) {
+// runOurs replays the hour against prebake's core and hcloud provider,
+// with the provider's ScanShare, then measures how long a server deleted
+// behind prebake's back stays in the core's picture.
+func runOurs(c config, ttl time.Duration, scanShare float64) (result, error) {
 	ctx := context.Background()
 	clk := hcloudfake.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // simulated time, shared by the fake, the provider and the core
 	f := newFake(clk)
 	defer f.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := hcloud.New(hcloud.Options{Token: "bench", Endpoint: f.URL(), Cluster: "bench", Now: clk.Now,
-		Rate: 1e6, Burst: 1e6, RetryBase: time.Millisecond, PollInterval: time.Millisecond, Logger: quiet})
+		Rate: 1e6, Burst: 1e6, RetryBase: time.Millisecond, PollInterval: time.Millisecond, ScanShare: scanShare,
+		Budget: Budget, // the fake's own limit is off (newFake): pace scans by Hetzner's
+		Logger: quiet})
 	if err != nil {
 		return result{}, err
 	}
@@ -140,7 +174,7 @@ func runOurs(c config, ttl time.Duration) (result, error) {
 	}
 	defer stop()
 
-	r := result{name: fmt.Sprintf("prebake, refreshInterval %v", ttl)}
+	var r result
 	before := snapshot(f)
 	churn, err := cahour.Hour{Core: core, Length: c.hour, Advance: clk.Advance, Machines: c.servers,
 		Wait: func(n int) error { return waitServers(f, n) }}.Run(ctx)
@@ -150,7 +184,58 @@ func runOurs(c config, ttl time.Duration) (result, error) {
 	r.creates, r.deletes = churn.Creates, churn.Deletes
 	after := snapshot(f)
 	r.requests, r.lists = after.total-before.total, after.lists-before.lists
-	return r, nil
+	r.noticed, err = noticeConsoleDelete(ctx, core, f, clk, c.hour)
+	return r, err
+}
+
+// noticeConsoleDelete deletes one server the way the console does (a
+// client of its own, not prebake) and runs CA's loop until the core no
+// longer lists it; it returns the simulated time that took. The delete
+// comes right after a full scan (a re-list that read every page), the
+// worst moment: the longest wait for the next one.
+func noticeConsoleDelete(ctx context.Context, core *autoscaling.Core, f *hcloudfake.Fake, clk *hcloudfake.Clock, limit time.Duration) (time.Duration, error) {
+	step := func() {
+		clk.Advance(loop)
+		_ = core.Refresh(ctx)
+		core.Sync(ctx, false)
+	}
+	pages := (f.Live() + 49) / 50
+	for waited := time.Duration(0); ; waited += loop {
+		if waited > limit {
+			return 0, fmt.Errorf("no full scan in %v", limit)
+		}
+		before := f.Calls("GET", "/servers")
+		step()
+		if f.Calls("GET", "/servers")-before >= pages {
+			break
+		}
+	}
+	g := groupID(0)
+	views, err := core.Nodes(g)
+	if err != nil || len(views) == 0 {
+		return 0, fmt.Errorf("group %s has no instances to delete (%v)", g, err)
+	}
+	victim := views[0].ProviderID
+	id, err := strconv.ParseInt(strings.TrimPrefix(victim, "hcloud://"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("providerID %q: %w", victim, err)
+	}
+	console := hc.NewClient(hc.WithEndpoint(f.URL()), hc.WithToken("bench"))
+	if _, err := console.Server.Delete(ctx, &hc.Server{ID: id}); err != nil {
+		return 0, err
+	}
+	for elapsed := time.Duration(0); elapsed <= limit; {
+		step()
+		elapsed += loop
+		views, err := core.Nodes(g)
+		if err != nil {
+			return 0, err
+		}
+		if !slices.ContainsFunc(views, func(v autoscaling.InstanceView) bool { return v.ProviderID == victim }) {
+			return elapsed, nil
+		}
+	}
+	return 0, fmt.Errorf("a server deleted behind prebake's back was still listed after %v", limit)
 }
 
 type counts struct{ total, lists int }

@@ -5,8 +5,13 @@
 // Invariants:
 //   - Ownership lives in the cloud: every server we create carries
 //     providers.LabelCluster, LabelGroup, LabelMachine and LabelImageKind.
-//     List is one paged scan by the cluster label for all groups together;
-//     only servers carrying it are listed, and Delete refuses any other.
+//     Only servers carrying the cluster label are listed, and Delete
+//     refuses any other.
+//   - List answers from an inventory (inventory.go): a full scan by the
+//     cluster label, all groups together, at most once per 10 s per page of
+//     50 (a tenth of the hourly budget); in between only the servers in
+//     flight (created, deleted, booting, going) are asked about, by their
+//     machine label. A change nobody in prebake made shows at the next scan.
 //   - Create is idempotent by name: the server name is the machine name the
 //     core chose, and Hetzner names are unique per project, so a retry finds
 //     the first server (by name lookup, or through uniqueness_error) instead

@@ -346,7 +346,7 @@ func TestPacerFollowsHeaders(t *testing.T) {
 	ctx := context.Background()
 	// 19 calls leave 1 of 20: below a tenth, so the pacer slows down.
 	for range 19 {
-		if _, err := p.List(ctx); err != nil {
+		if _, _, err := p.client.Server.GetByID(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,13 +20,27 @@ type pacer struct {
 	base  rate.Limit
 	burst int
 
-	// mu guards lim's reconfiguration (lim itself is safe for concurrent use).
+	// mu guards lim's reconfiguration (lim itself is safe for concurrent
+	// use) and limit.
 	mu  sync.Mutex
 	lim *rate.Limiter
+	// limit is the last RateLimit-Limit seen; defaultBudget before any.
+	limit int
 }
 
+// defaultBudget is Hetzner's default request budget per hour and project
+// (https://docs.hetzner.cloud/, "Rate Limiting").
+const defaultBudget = 3600
+
 func newPacer(next http.RoundTripper, base rate.Limit, burst int, now func() time.Time) *pacer {
-	return &pacer{next: next, now: now, base: base, burst: burst, lim: rate.NewLimiter(base, burst)}
+	return &pacer{next: next, now: now, base: base, burst: burst, lim: rate.NewLimiter(base, burst), limit: defaultBudget}
+}
+
+// budget is the API's request budget per hour, as last reported.
+func (p *pacer) budget() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.limit
 }
 
 func (p *pacer) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -50,6 +64,9 @@ func (p *pacer) observe(status int, h http.Header) {
 	l, b := pace(p.base, p.burst, status, limit, remaining, time.Unix(reset, 0).Sub(p.now()))
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if limit > 0 {
+		p.limit = limit
+	}
 	if p.lim.Limit() != l || p.lim.Burst() != b {
 		p.lim.SetLimit(l)
 		p.lim.SetBurst(b)

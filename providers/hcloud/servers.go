@@ -13,17 +13,6 @@ import (
 	"github.com/prebake-dev/prebake/providers/hcloud/providerid"
 )
 
-// List implements providers.Provider: one paged scan by the cluster label.
-func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
-	servers, err := p.client.Server.AllWithOpts(ctx, hcloud.ServerListOpts{
-		ListOpts: hcloud.ListOpts{LabelSelector: providers.LabelCluster + "=" + p.cluster, PerPage: perPage},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("hcloud: list servers of cluster %q: %w", p.cluster, err)
-	}
-	return p.withoutFailed(ctx, servers), nil
-}
-
 // withoutFailed drops the servers whose create_server action failed: they
 // are no machines of a group (the core keeps the failed creation and its
 // error for CA), and they are deleted. A delete of one that failed before
@@ -66,6 +55,9 @@ func (p *Provider) cleanUp(ctx context.Context, s *hcloud.Server) error {
 	p.failedMu.Lock()
 	p.failed[s.ID] = err == nil
 	p.failedMu.Unlock()
+	if err == nil {
+		p.recordDeleted(s, false)
+	}
 	if err != nil {
 		err = wrapStatus(err, resp)
 		p.log.Warn("hcloud: deleting a server whose create failed; trying again at the next list", "providerID", providerid.Format(s.ID), "err", err)
@@ -174,6 +166,7 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		return providers.Instance{}, fmt.Errorf("hcloud: create server %q (group %q, id %d): wait for its create_server action: %w",
 			req.Name, req.Group, res.Server.ID, err)
 	}
+	p.recordCreated(res.Server, req.Name)
 	in := instance(res.Server)
 	// The create answer may omit labels in edge cases; the request's are
 	// the truth.
@@ -210,6 +203,7 @@ func (p *Provider) createFailed(ctx context.Context, req providers.CreateRequest
 	p.failedMu.Lock()
 	p.failed[s.ID] = false // before the delete: a List meanwhile must leave it out
 	p.failedMu.Unlock()
+	p.recordCreated(s, req.Name)
 	e := &createActionError{name: req.Name, group: req.Group, id: s.ID, action: ae}
 	e.cleanup = p.cleanUp(ctx, s)
 	p.log.Warn("hcloud create_server action failed", "group", req.Group, "instance", req.Name, "providerID", providerid.Format(s.ID),
@@ -229,6 +223,7 @@ func (p *Provider) byName(ctx context.Context, name string) (providers.Instance,
 	if s.Labels[providers.LabelCluster] != p.cluster {
 		return providers.Instance{}, false, &foreignError{name: name, id: s.ID, labels: maps.Clone(s.Labels)}
 	}
+	p.recordCreated(s, name) // a retry's: the inventory may not know it yet
 	return instance(s), true, nil
 }
 
@@ -256,21 +251,25 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("hcloud: get server %s: %w", id, wrapStatus(err, resp))
 	}
 	if s == nil {
+		p.recordDeleted(&hcloud.Server{ID: n}, true)
 		return nil
 	}
 	if s.Labels[providers.LabelCluster] != p.cluster {
 		return fmt.Errorf("hcloud: refusing to delete server %s (%q): it is not owned by cluster %q", id, s.Name, p.cluster)
 	}
 	if s.Status == hcloud.ServerStatusDeleting {
+		p.recordDeleted(s, false)
 		return nil
 	}
 	_, resp, err = p.client.Server.DeleteWithResult(ctx, s)
 	if hcloud.IsError(err, hcloud.ErrorCodeNotFound) {
+		p.recordDeleted(s, true)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("hcloud: delete server %s (%q): %w", id, s.Name, wrapStatus(err, resp))
 	}
+	p.recordDeleted(s, false)
 	p.log.Info("hcloud server deleted", "group", s.Labels[providers.LabelGroup], "instance", s.Name, "providerID", id)
 	return nil
 }
