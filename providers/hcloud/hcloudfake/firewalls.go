@@ -143,7 +143,7 @@ func (f *Fake) createFirewall(w http.ResponseWriter, r *http.Request, now time.T
 	}
 	for _, fw := range f.firewalls {
 		if fw.schema.Name == req.Name {
-			writeError(w, APIError{http.StatusConflict, "uniqueness_error", "name is already used"})
+			writeError(w, APIError{Status: http.StatusConflict, Code: "uniqueness_error", Message: "name is already used"})
 			return
 		}
 	}
@@ -202,7 +202,7 @@ func (f *Fake) applyFirewall(w http.ResponseWriter, r *http.Request, fw *firewal
 	for _, res := range req.ApplyTo {
 		for _, have := range fw.schema.AppliedTo {
 			if sameResource(have, res) {
-				writeError(w, APIError{http.StatusUnprocessableEntity, "firewall_already_applied", "firewall is already applied to the resource"})
+				writeError(w, APIError{Status: http.StatusUnprocessableEntity, Code: "firewall_already_applied", Message: "firewall is already applied to the resource"})
 				return
 			}
 		}
