@@ -68,7 +68,7 @@ bench-mesh: ## mesh join table: sequential vs round-scheduled vs declarative (si
 	$(GO) test -run '^$$' -bench 'BenchmarkPlan' -benchmem ./mesh/
 
 # A separate test-only module, so that prebake's own module never depends on Cilium.
-ciliumcompat: ## cross-check mesh's cluster name/id rules against Cilium v1.20.2 pkg/clustermesh/types
+ciliumcompat: ## prove prebake's mesh objects with Cilium v1.20.2's own code: id/name rules, and its ClusterMesh + etcd client connecting with the rendered Secret to a real mTLS etcd
 	@# -mod=mod: the module requires ours through replace ../.., so a change to
 	@# our go.mod must not leave this one stale (it is a test-only module).
 	cd mesh/ciliumcompat && GOFLAGS=-mod=mod $(GO) vet ./... && GOFLAGS=-mod=mod $(GO) test -count=1 ./...
