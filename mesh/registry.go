@@ -16,7 +16,8 @@ import (
 )
 
 // Cilium's cluster identity rules, re-implemented so that production code imports no
-// Cilium package (shared/spec/mesh.md §5, §6). Sources, Cilium v1.20.2:
+// Cilium package (importing pkg/clustermesh/types adds 23 modules; docs/mesh.md,
+// "Cross-check with Cilium"). Sources, Cilium v1.20.2:
 // pkg/clustermesh/types/{types.go,option.go}, pkg/defaults/defaults.go and the chart's
 // templates/validate.yaml.
 const (
@@ -116,6 +117,9 @@ func LoadFile(path string) ([]Cluster, error) {
 	if len(clusters) == 0 {
 		return nil, fmt.Errorf("%s: no clusters", path)
 	}
+	if err := CheckCapacity(clusters); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if err := AssignIDs(clusters, nil); err != nil {
 		return nil, err
 	}
@@ -123,6 +127,42 @@ func LoadFile(path string) ([]Cluster, error) {
 		return nil, err
 	}
 	return clusters, nil
+}
+
+// CheckCapacity refuses more clusters than Cilium can mesh: 255 with the default
+// clustermesh.maxConnectedClusters=255, 511 with 511, which must be chosen when Cilium
+// is installed (Cilium v1.20.2 Documentation/network/clustermesh/setup.rst,
+// "Scaling Limitations"; it cannot be changed on a running cluster). Past 255 clusters it names
+// the clusters recorded as installed without maxConnectedClusters: 511.
+func CheckCapacity(clusters []Cluster) error {
+	n := len(clusters)
+	if n > MaxConnectedClusters511 {
+		return fmt.Errorf("%d clusters: Cilium meshes at most %d (maxConnectedClusters: 511, cluster ids 1..511); split them into meshes of at most %d", n, MaxConnectedClusters511, MaxConnectedClusters511)
+	}
+	if n <= MaxConnectedClusters255 {
+		return nil
+	}
+	var without []string
+	for _, c := range clusters {
+		if c.maxConnected() != MaxConnectedClusters511 {
+			without = append(without, c.Name)
+		}
+	}
+	if len(without) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d clusters need maxConnectedClusters: 511 (cluster ids 1..511), but %d of them are recorded as installed without it (%s): "+
+		"reinstall those with the Helm value clustermesh.maxConnectedClusters=511 and set maxConnectedClusters: 511 for every cluster in the clusters file "+
+		"(it is fixed at install time, cannot be migrated, and halves the cluster-local identities to 32,767), or keep the mesh at %d clusters or fewer",
+		n, len(without), abbreviate(without, 8), MaxConnectedClusters255)
+}
+
+// abbreviate joins at most max names, saying how many more there are.
+func abbreviate(names []string, max int) string {
+	if len(names) <= max {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:max], ", ") + fmt.Sprintf(" and %d more", len(names)-max)
 }
 
 // Parse strictly decodes a clusters file: an unknown field is an error naming the
@@ -208,7 +248,11 @@ func AssignIDs(clusters []Cluster, previous map[string]int) error {
 			}
 		}
 		if c.ID == 0 {
-			return fmt.Errorf("%s: no free cluster id in 1..%d: the mesh is full", c.label(), c.maxConnected())
+			hint := "maxConnectedClusters: 511 (the Helm value clustermesh.maxConnectedClusters=511, set at install time) doubles the ids"
+			if c.maxConnected() == MaxConnectedClusters511 {
+				hint = "remove a cluster, or release the id of one that left (see docs/mesh.md, ids file)"
+			}
+			return fmt.Errorf("%s: no free cluster id in 1..%d with maxConnectedClusters %d: the mesh is full; %s", c.label(), c.maxConnected(), c.maxConnected(), hint)
 		}
 	}
 	return nil
