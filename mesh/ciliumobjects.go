@@ -10,8 +10,8 @@ import (
 // The objects Cilium reads when the chart is installed with clustermesh.config.enabled=false
 // ("you need to provide them yourself"). Names and formats follow the Cilium v1.20.2 chart:
 // install/kubernetes/cilium/templates/clustermesh-config/{clustermesh-secret.yaml,
-// kvstoremesh-secret.yaml,_helpers.tpl} and clustermesh-apiserver/users-configmap.yaml
-// (shared/spec/mesh.md §1.2, §2.1).
+// kvstoremesh-secret.yaml,_helpers.tpl} and clustermesh-apiserver/users-configmap.yaml.
+// mesh/ciliumcompat has Cilium's own ClusterMesh and etcd client read them.
 const (
 	// SecretClusterMesh is read by the agents: one key per peer, an etcd client config.
 	SecretClusterMesh = "cilium-clustermesh"

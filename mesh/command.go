@@ -16,7 +16,7 @@ import (
 
 // Command is a pairwise Backend that runs a command per pair, for users who keep
 // "cilium clustermesh connect": the executor runs it round by round, so no cluster is in
-// two commands at once (two connects of one cluster conflict, shared/spec/mesh.md §1.2).
+// two commands at once (two connects of one cluster conflict: docs/mesh.md).
 //
 // The template is split on white space into argv and run without a shell, so cluster
 // names can never be interpreted as shell syntax. Placeholders, replaced inside each

@@ -33,7 +33,7 @@ const (
 )
 
 // Schedule is the result of Plan: rounds of disjoint operations. Its JSON shape is
-// the contract of DESIGN.md §3.5.
+// the contract documented in docs/mesh.md ("prebake mesh plan").
 type Schedule struct {
 	Rounds     [][]Op `json:"rounds"`
 	RoundCount int    `json:"roundCount"`
@@ -51,8 +51,8 @@ type Schedule struct {
 //
 // Plan is pure and deterministic. It reaches LowerBound for a full mesh, for adding k
 // clusters to m when m+k is even, for adding a single cluster, and for removing
-// clusters from an even-sized mesh (all are complete split graphs, see
-// shared/spec/mesh.md §4). Elsewhere it needs at most LowerBound+1 rounds.
+// clusters from an even-sized mesh (all are complete split graphs, see docs/mesh.md).
+// Elsewhere it needs at most LowerBound+1 rounds.
 func Plan(current, wanted *Graph) Schedule {
 	ix := newIndex(current, wanted)
 	n := len(ix.names)

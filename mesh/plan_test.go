@@ -215,7 +215,7 @@ func TestPlanPropertiesMisraGriesDense(t *testing.T) {
 
 func TestPlanPropertiesMeshGrowth(t *testing.T) {
 	t.Parallel()
-	// Adding k to m and removing r from m: the cases DESIGN.md §3.5 lists must reach
+	// Adding k to m and removing r from m: the cases docs/mesh.md lists must reach
 	// the lower bound exactly.
 	for m := 0; m <= 24; m++ {
 		for k := 1; k <= 24; k++ {

@@ -396,7 +396,7 @@ func TestMeshCiliumBackend(t *testing.T) {
 	table = append(table, forced)
 
 	// 4. Remove c3: only the remaining clusters are written; c3 keeps its objects as they
-	// were (it is to be torn down or have Cluster Mesh disabled; shared/spec/mesh.md §4).
+	// were (it is to be torn down or have Cluster Mesh disabled; docs/mesh.md).
 	c3Before, err := b.Objects("c3", names(1, 2, 4, 5, 6))
 	if err != nil {
 		t.Fatal(err)

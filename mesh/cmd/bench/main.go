@@ -3,7 +3,7 @@
 // connects, and the declarative one-shot (one write per cluster, all in parallel).
 //
 // Each operation is modelled at 15 s (a "cilium clustermesh connect": two Helm
-// upgrades of about 7 s plus reads, shared/spec/mesh.md §1.2) and run scaled down to
+// upgrades of about 7 s plus reads, docs/mesh.md "Benchmark") and run scaled down to
 // 15 ms. For n = 2..13 it runs the executor and sleeps for real, then scales the
 // measured wall time back up; for larger n it only models: rounds × 15 s.
 //
@@ -30,7 +30,7 @@ var published = map[int]string{
 func main() {
 	opTime := flag.Duration("op", 15*time.Second, "modelled time of one operation")
 	scale := flag.Int("scale", 1000, "run each operation scaled down by this factor (15s/1000 = 15ms)")
-	maxMeasured := flag.Int("max-measured", 13, "measure n = 2..this; larger n are modelled")
+	maxMeasured := flag.Int("max-measured", 13, "run n = 2..this on the simulated backend; larger n are modelled")
 	flag.Parse()
 	if err := run(*opTime, *scale, *maxMeasured); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -40,7 +40,7 @@ func main() {
 
 func run(opTime time.Duration, scale, maxMeasured int) error {
 	simOp := opTime / time.Duration(scale)
-	fmt.Printf("MEASURED: simulated backend, one operation = %s modelled, run as %s; wall times scaled back by %d.\n", opTime, simOp, scale)
+	fmt.Printf("SIMULATED (run on the simulated backend, not on Cilium): one operation = %s modelled, run as %s; wall times scaled back by %d.\n", opTime, simOp, scale)
 	fmt.Println("sequential = one pairwise connect at a time; rounds = round schedule, a whole round in parallel;")
 	fmt.Println("declarative = one write per cluster, all in parallel (1 round).")
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
