@@ -366,7 +366,7 @@ func TestCiliumBackendResumes(t *testing.T) {
 	e := &Executor{Attempts: 2, Backoff: func(int) time.Duration { return 0 }}
 	members := []string{"c1", "c2", "c3", "c4"}
 	res, err := e.Declarative(ctx, b, members, FullMesh(members...))
-	if err == nil || len(res.Failures) != 1 || res.Failures[0].Op != "set-peers c3" || res.Succeeded != 3 {
+	if err == nil || len(res.Failures) != 1 || res.Failures[0].Op != "join c3" || res.Succeeded != 3 {
 		t.Fatalf("first run: %d succeeded, failures %+v, err %v; want c3 to fail and the rest to succeed", res.Succeeded, res.Failures, err)
 	}
 	if !strings.Contains(err.Error(), `cluster "c3": apply Secret kube-system/cilium-clustermesh: etcdserver: request timed out`) {

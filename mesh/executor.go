@@ -26,7 +26,7 @@ type Backend interface {
 }
 
 // DeclarativeBackend writes a cluster's whole peer list in one update, so every
-// cluster can be written at once: one round (shared/spec/mesh.md §2.2).
+// cluster can be written at once: one round (docs/mesh.md, "Backend cilium").
 type DeclarativeBackend interface {
 	Connections(ctx context.Context) (*Graph, error)
 	// Peers returns the peers each cluster is configured with now.
@@ -55,25 +55,49 @@ type Executor struct {
 	// Backoff returns the wait before the given retry (1 for the first retry); nil
 	// means 1s doubling up to 30s.
 	Backoff func(retry int) time.Duration
-	// Progress receives one line per finished round; nil discards it.
+	// Progress receives one line per finished round (and, with Status, per join); nil
+	// discards it.
 	Progress io.Writer
+
+	// The declarative joins. A join is one cluster's write plus, with Status, the wait
+	// until that cluster reports every peer ready; it holds one of the Parallel slots from
+	// its write to the end of its wait, so at most Parallel joins are in flight.
+
+	// Status, when set, is polled after a cluster is written; the join is done once every
+	// agent reported lists every peer ready (and every KVStoreMesh ready and synced, with
+	// KVStoreMesh). A cluster already written but not recorded as joined in Journal is
+	// only waited for.
+	Status StatusReader
+	// KVStoreMesh makes a join wait for the KVStoreMesh sync too.
+	KVStoreMesh bool
+	// JoinTimeout bounds one cluster's wait; 0 means 10 minutes.
+	JoinTimeout time.Duration
+	// PollInterval is the time between two status reads of a cluster; 0 means 5 s.
+	PollInterval time.Duration
+	// Journal, when set, records each join as it begins and ends; a cluster whose join it
+	// records as done for the same peers, and whose objects list them, is skipped.
+	Journal *Journal
 }
 
 // Result summarises a run.
 type Result struct {
-	Schedule  Schedule // what was planned (for Declarative: one round of writes)
+	Schedule  Schedule // what was planned (for Declarative: one round of joins)
 	Rounds    int      // rounds run
 	Ops       int      // operations planned
 	Succeeded int
 	Retries   int // extra attempts, over all operations
-	Failures  []Failure
-	Duration  time.Duration
+	// Writes counts the joins that began with a write; the others only waited.
+	Writes int
+	// Finished counts the clusters skipped because Journal holds their finished join.
+	Finished int
+	Failures []Failure
+	Duration time.Duration
 }
 
 // Failure is an operation that failed every attempt.
 type Failure struct {
 	Round    int
-	Op       string // "connect a b", "disconnect a b" or "set-peers a"
+	Op       string // "connect a b", "disconnect a b" or "join a" (declarative)
 	Attempts int
 	Err      error
 }
@@ -82,7 +106,12 @@ type Failure struct {
 type job struct {
 	label    string
 	clusters []string
-	do       func(ctx context.Context) error
+	do       func(ctx context.Context) error // retried; nil for a join that only waits
+	// For declarative joins: then is run once do succeeded (the status wait), and
+	// begin/end record the join.
+	then  func(ctx context.Context) error
+	begin func() error
+	end   func(err error) error
 }
 
 // Run observes the current connections, plans the way to wanted with Plan, and runs
@@ -111,9 +140,10 @@ func (e *Executor) Run(ctx context.Context, b Backend, wanted *Graph) (Result, e
 	return res, err
 }
 
-// Declarative writes the wanted peer list of every member whose configured peers
-// differ from it: one write per cluster, all in one round. Clusters that are not
-// members (for example ones leaving the mesh) are not written.
+// Declarative joins every member whose configured peers differ from its wanted ones:
+// one write of its whole peer list per cluster, all in one round, at most Parallel at
+// once; with Status, each join also waits until the cluster reports its peers ready.
+// Clusters that are not members (for example ones leaving the mesh) are not written.
 func (e *Executor) Declarative(ctx context.Context, b DeclarativeBackend, members []string, wanted *Graph) (Result, error) {
 	start := time.Now()
 	have, err := b.Peers(ctx)
@@ -121,27 +151,47 @@ func (e *Executor) Declarative(ctx context.Context, b DeclarativeBackend, member
 		return Result{}, fmt.Errorf("observe peers: %w", err)
 	}
 	want := wanted.Peers()
-	var round []job
+	var (
+		round    []job
+		finished int
+		writes   = map[string][]string{}
+	)
 	for _, c := range slices.SortedFunc(slices.Values(members), Compare) {
 		peers := want[c]
-		if slices.Equal(peers, sortedCopy(have[c])) {
+		configured := slices.Equal(peers, sortedCopy(have[c]))
+		switch {
+		case configured && e.Journal != nil && e.Journal.Finished(c, peers):
+			finished++
+			continue
+		case configured && e.Status == nil:
 			continue
 		}
-		round = append(round, job{
-			label:    "set-peers " + c,
-			clusters: []string{c},
-			do:       func(ctx context.Context) error { return b.SetPeers(ctx, c, peers) },
-		})
+		j := job{label: "join " + c, clusters: []string{c}}
+		event := JournalWait
+		if !configured {
+			event = JournalWrite
+			writes[c] = peers
+			j.do = func(ctx context.Context) error { return b.SetPeers(ctx, c, peers) }
+		}
+		if e.Status != nil {
+			j.then = func(ctx context.Context) error { return e.waitJoined(ctx, c, peers) }
+		}
+		if e.Journal != nil {
+			j.begin = func() error { return e.Journal.record(event, c, peers, "") }
+			j.end = func(err error) error {
+				if err != nil {
+					return e.Journal.record(JournalFailed, c, peers, err.Error())
+				}
+				return e.Journal.record(JournalDone, c, peers, "")
+			}
+		}
+		round = append(round, j)
 	}
 	var rounds [][]job
 	s := Schedule{Rounds: [][]Op{}, Method: MethodDeclarative}
-	if p, ok := b.(Preflighter); ok && len(round) > 0 {
-		writes := make(map[string][]string, len(round))
-		for _, j := range round {
-			writes[j.clusters[0]] = want[j.clusters[0]]
-		}
+	if p, ok := b.(Preflighter); ok && len(writes) > 0 {
 		if err := p.Preflight(ctx, writes); err != nil {
-			return Result{Schedule: s, Duration: time.Since(start)}, fmt.Errorf("refusing to write: %w", err)
+			return Result{Schedule: s, Finished: finished, Duration: time.Since(start)}, fmt.Errorf("refusing to write: %w", err)
 		}
 	}
 	if len(round) > 0 {
@@ -150,8 +200,67 @@ func (e *Executor) Declarative(ctx context.Context, b DeclarativeBackend, member
 	}
 	res, err := e.run(ctx, rounds)
 	res.Schedule = s
+	res.Writes = len(writes)
+	res.Finished = finished
 	res.Duration = time.Since(start)
 	return res, err
+}
+
+func (e *Executor) joinTimeout() time.Duration {
+	if e.JoinTimeout <= 0 {
+		return 10 * time.Minute
+	}
+	return e.JoinTimeout
+}
+
+func (e *Executor) pollInterval() time.Duration {
+	if e.PollInterval <= 0 {
+		return 5 * time.Second
+	}
+	return e.PollInterval
+}
+
+// waitJoined polls the cluster's status until every peer is there, or JoinTimeout passes.
+// A peer that flaps (ready, then not, then ready) only prolongs the wait: nothing is
+// written again.
+func (e *Executor) waitJoined(ctx context.Context, cluster string, peers []string) error {
+	began := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, e.joinTimeout())
+	defer cancel()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	var (
+		missing []string
+		lastErr error
+	)
+	for {
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			why := strings.Join(missing, "; ")
+			if lastErr != nil {
+				why = lastErr.Error()
+			}
+			return fmt.Errorf("cluster %q: not joined after %s (--join-timeout): %s", cluster, e.joinTimeout(), why)
+		case <-t.C:
+		}
+		st, err := e.Status.MeshStatus(wctx, cluster)
+		if err == nil {
+			lastErr = nil
+			missing = st.Missing(peers, e.KVStoreMesh)
+			if len(missing) == 0 {
+				if e.Progress != nil {
+					fmt.Fprintf(e.Progress, "join %s: %d peers ready after %s\n", cluster, len(peers), time.Since(began).Round(time.Millisecond))
+				}
+				return nil
+			}
+		} else if wctx.Err() == nil {
+			lastErr = err
+		}
+		t.Reset(e.pollInterval())
+	}
 }
 
 func sortedCopy(s []string) []string {
@@ -244,7 +353,7 @@ func (e *Executor) runRound(ctx context.Context, round int, jobs []job) (roundRe
 		go func() {
 			defer wg.Done()
 			for j := range queue {
-				tries, err := e.attempt(ctx, j)
+				tries, err := e.runJob(ctx, j)
 				mu.Lock()
 				rr.retries += tries - 1
 				if err != nil {
@@ -269,6 +378,27 @@ func (e *Executor) runRound(ctx context.Context, round int, jobs []job) (roundRe
 	wg.Wait()
 	slices.SortFunc(rr.failures, func(x, y Failure) int { return strings.Compare(x.Op, y.Op) })
 	return rr, ctx.Err()
+}
+
+// runJob records the job's beginning, runs it (do with retries, then then), and records its
+// end. It returns the attempts made at do.
+func (e *Executor) runJob(ctx context.Context, j job) (int, error) {
+	if j.begin != nil {
+		if err := j.begin(); err != nil {
+			return 1, err
+		}
+	}
+	tries, err := 1, error(nil)
+	if j.do != nil {
+		tries, err = e.attempt(ctx, j)
+	}
+	if err == nil && j.then != nil {
+		err = j.then(ctx)
+	}
+	if j.end != nil && ctx.Err() == nil {
+		err = errors.Join(err, j.end(err))
+	}
+	return tries, err
 }
 
 // attempt runs a job until it succeeds, attempts run out, or ctx ends. It returns
@@ -303,6 +433,9 @@ func WriteSummary(w io.Writer, r Result) error {
 	fmt.Fprintln(tw, "METHOD\tROUNDS\tOPERATIONS\tSUCCEEDED\tFAILED\tRETRIES\tWALL")
 	fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%s\n", r.Schedule.Method, r.Rounds, r.Schedule.RoundCount,
 		r.Ops, r.Succeeded, len(r.Failures), r.Retries, r.Duration.Round(time.Millisecond))
+	if r.Schedule.Method == MethodDeclarative && (r.Finished > 0 || r.Writes != r.Ops) {
+		fmt.Fprintf(tw, "joins: %d written, %d only awaited (written before), %d skipped (done per the journal)\n", r.Writes, r.Ops-r.Writes, r.Finished)
+	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(tw, "failed: round %d: %s after %d attempts: %v\n", f.Round, f.Op, f.Attempts, f.Err)
 	}

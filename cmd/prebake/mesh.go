@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,40 +36,57 @@ which peers each cluster lacks. See docs/mesh.md.`,
 	return cmd
 }
 
-const maxGenerate = 4096
-
 // meshSource is the set of flags that say which clusters a mesh command works on.
 type meshSource struct {
 	clustersFile string
+	idsFile      string
 	generate     int
+	maxConnected int
 	existing     int
+
+	clusters []mesh.Cluster // the clusters file, with its recorded ids; nil for --generate
 }
 
 func (s *meshSource) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&s.clustersFile, "clusters", "", "clusters file (YAML, see docs/mesh.md)")
-	cmd.Flags().IntVar(&s.generate, "generate", 0, "use N synthetic clusters c1..cN instead of a clusters file")
+	cmd.Flags().StringVar(&s.idsFile, "ids", "", "file recording the cluster ids allocated so far, so an id never changes (default: beside --clusters, clusters.yaml → clusters.ids.yaml)")
+	cmd.Flags().IntVar(&s.generate, "generate", 0, "use N synthetic clusters c1..cN (ids 1..N) instead of a clusters file")
+	cmd.Flags().IntVar(&s.maxConnected, "max-connected-clusters", mesh.MaxConnectedClusters255, "--generate: the clustermesh.maxConnectedClusters the synthetic clusters were installed with (255 or 511)")
 	cmd.Flags().IntVar(&s.existing, "existing", 0, "treat the first M clusters as already meshed with each other")
 	cmd.MarkFlagsMutuallyExclusive("clusters", "generate")
 	cmd.MarkFlagsOneRequired("clusters", "generate")
 }
 
-// graphs returns the cluster names, the current and the wanted connection graphs.
-func (s *meshSource) graphs() (names []string, current, wanted *mesh.Graph, err error) {
+// graphs loads the clusters (recording newly allocated ids, reported on log) and returns
+// their names, the current and the wanted connection graphs.
+func (s *meshSource) graphs(log io.Writer) (names []string, current, wanted *mesh.Graph, err error) {
 	switch {
 	case s.generate < 0:
 		return nil, nil, nil, fmt.Errorf("--generate %d: want a positive number of clusters", s.generate)
 	case s.generate > 0:
-		// Synthetic clusters are not validated (Cilium ids stop at 511, but a plan is
-		// just a graph); the cap only keeps the quadratic pair list in memory.
-		if s.generate > maxGenerate {
-			return nil, nil, nil, fmt.Errorf("--generate %d: at most %d synthetic clusters", s.generate, maxGenerate)
+		if s.maxConnected != mesh.MaxConnectedClusters255 && s.maxConnected != mesh.MaxConnectedClusters511 {
+			return nil, nil, nil, fmt.Errorf("--max-connected-clusters %d: Cilium accepts 255 or 511", s.maxConnected)
+		}
+		if s.generate > mesh.MaxConnectedClusters511 {
+			return nil, nil, nil, fmt.Errorf("--generate %d: Cilium meshes at most %d clusters (maxConnectedClusters 511, cluster ids 1..511)", s.generate, mesh.MaxConnectedClusters511)
+		}
+		if s.generate > mesh.MaxConnectedClusters255 && s.maxConnected != mesh.MaxConnectedClusters511 {
+			return nil, nil, nil, fmt.Errorf("--generate %d: more than %d clusters need maxConnectedClusters 511 (the Helm value clustermesh.maxConnectedClusters=511, chosen at install time: it cannot be migrated, and halves the cluster-local identities to 32,767); the synthetic clusters have %d: add --max-connected-clusters 511", s.generate, mesh.MaxConnectedClusters255, s.maxConnected)
 		}
 		names = mesh.GeneratedNames(s.generate)
 	default:
-		clusters, err := mesh.LoadFile(s.clustersFile)
+		ids := s.idsFile
+		if ids == "" {
+			ids = mesh.DefaultIDsPath(s.clustersFile)
+		}
+		clusters, allocated, err := mesh.LoadFileIDs(s.clustersFile, ids)
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		if len(allocated) > 0 {
+			fmt.Fprintf(log, "allocated cluster ids for %s, recorded in %s: they never change (install each cluster with its id)\n", strings.Join(allocated, ", "), ids)
+		}
+		s.clusters = clusters
 		names = mesh.Names(clusters)
 	}
 	if s.existing < 0 || s.existing > len(names) {
@@ -80,11 +99,12 @@ func newMeshPlanCommand() *cobra.Command {
 	var (
 		src    meshSource
 		output string
+		mode   string
 		wide   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
-		Short: "Print the rounds of disjoint pairs that build a full mesh",
+		Short: "Print the rounds of disjoint pairs (or the declarative writes) that build a full mesh",
 		Long: `Prints the schedule of pairwise operations that makes the clusters a full mesh:
 rounds in which no cluster takes part twice, so each round can run in parallel.
 
@@ -94,7 +114,15 @@ even, and at most one more otherwise. No schedule can use fewer rounds than
 lowerBound.
 
 Pairwise rounds are what "cilium clustermesh connect" needs. A declarative apply
-(one write per cluster) needs a single round; see "prebake mesh apply".`,
+(one write per cluster) needs a single round: --mode declarative prints it.
+
+Scale rules, checked before planning: Cilium meshes at most 255 clusters with the
+default clustermesh.maxConnectedClusters=255 and 511 with 511, which is chosen at
+install time and cannot be changed later. Past 255 clusters the plan refuses, naming
+the clusters installed without maxConnectedClusters: 511 (for --generate:
+--max-connected-clusters). Ids the clusters file leaves out are allocated once and
+recorded in the ids file (--ids); a cluster keeps its id when others come or go, and
+the id of a cluster that left is not given to another. See docs/mesh.md.`,
 		Example: `  # the acceptance figures: 511 rounds, 130305 pairs, lower bound 511
   prebake mesh plan --generate 511 -o json | jq '{roundCount, pairCount, lowerBound}'
 
@@ -102,18 +130,28 @@ Pairwise rounds are what "cilium clustermesh connect" needs. A declarative apply
   prebake mesh plan --generate 511 --existing 510
 
   # plan a clusters file; its first 4 clusters are already meshed
-  prebake mesh plan --clusters clusters.yaml --existing 4`,
+  prebake mesh plan --clusters clusters.yaml --existing 4
+
+  # 300 clusters need maxConnectedClusters 511: 299 rounds, or one declarative round
+  prebake mesh plan --generate 300 --max-connected-clusters 511
+  prebake mesh plan --generate 300 --max-connected-clusters 511 --mode declarative`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
 				return fmt.Errorf("-o %q: want table or json", output)
 			}
-			names, current, wanted, err := src.graphs()
+			if mode != "pairwise" && mode != "declarative" {
+				return fmt.Errorf("--mode %q: want pairwise or declarative", mode)
+			}
+			names, current, wanted, err := src.graphs(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			s := mesh.Plan(current, wanted)
 			out := cmd.OutOrStdout()
+			if mode == "declarative" {
+				return writeDeclarativePlan(out, output, names, current, wanted)
+			}
+			s := mesh.Plan(current, wanted)
 			if output == "json" {
 				enc := json.NewEncoder(out)
 				return enc.Encode(s)
@@ -123,8 +161,62 @@ Pairwise rounds are what "cilium clustermesh connect" needs. A declarative apply
 	}
 	src.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVar(&mode, "mode", "pairwise", "pairwise (rounds of disjoint pairs) or declarative (one write per cluster, one round)")
 	cmd.Flags().BoolVar(&wide, "wide", false, "table: list every pair of every round (default: the first 4 per round)")
 	return cmd
+}
+
+// declarativePlan is the JSON of "mesh plan --mode declarative".
+type declarativePlan struct {
+	Mode       string            `json:"mode"`
+	RoundCount int               `json:"roundCount"`
+	WriteCount int               `json:"writeCount"`
+	PairCount  int               `json:"pairCount"`
+	Writes     []declarativeJoin `json:"writes"`
+}
+
+type declarativeJoin struct {
+	Cluster string `json:"cluster"`
+	Peers   int    `json:"peers"`
+}
+
+// writeDeclarativePlan prints the one round of a declarative apply: every cluster whose
+// peer list changes is written once with its whole list (those leaving the mesh are not
+// written).
+func writeDeclarativePlan(out io.Writer, output string, names []string, current, wanted *mesh.Graph) error {
+	have, want := current.Peers(), wanted.Peers()
+	p := declarativePlan{Mode: "declarative", Writes: []declarativeJoin{}, PairCount: mesh.Plan(current, wanted).PairCount}
+	for _, n := range names {
+		if !slices.Equal(have[n], want[n]) {
+			p.Writes = append(p.Writes, declarativeJoin{Cluster: n, Peers: len(want[n])})
+		}
+	}
+	p.WriteCount = len(p.Writes)
+	if p.WriteCount > 0 {
+		p.RoundCount = 1
+	}
+	if output == "json" {
+		return json.NewEncoder(out).Encode(p)
+	}
+	fmt.Fprintf(out, "clusters %d  writes %d  rounds %d  pairs %d  method declarative\n", len(names), p.WriteCount, p.RoundCount, p.PairCount)
+	if p.WriteCount == 0 {
+		_, err := fmt.Fprintln(out, "nothing to do: the mesh is complete")
+		return err
+	}
+	shown := p.Writes
+	if len(shown) > 8 {
+		shown = shown[:8]
+	}
+	parts := make([]string, len(shown))
+	for i, w := range shown {
+		parts[i] = fmt.Sprintf("%s(%d peers)", w.Cluster, w.Peers)
+	}
+	more := ""
+	if len(shown) < len(p.Writes) {
+		more = fmt.Sprintf(" … +%d more", len(p.Writes)-len(shown))
+	}
+	_, err := fmt.Fprintf(out, "round 1: %s%s\n", strings.Join(parts, " "), more)
+	return err
 }
 
 func writePlanTable(out io.Writer, n, existing int, s mesh.Schedule, wide bool) error {
@@ -172,34 +264,48 @@ func (f *ciliumFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.kvstoremesh, "kvstoremesh", true, "cilium backend: clustermesh.apiserver.kvstoremesh.enabled (the chart default) — write cilium-kvstoremesh, and point the agents at the local clustermesh-apiserver")
 }
 
-func (f *ciliumFlags) backend(clustersFile string) (*mesh.Cilium, []mesh.Cluster, error) {
-	if clustersFile == "" {
-		return nil, nil, errors.New("--backend cilium needs --clusters: it needs each cluster's kubeconfig context and clustermeshAPIServer endpoint")
-	}
-	clusters, err := mesh.LoadFile(clustersFile)
-	if err != nil {
-		return nil, nil, err
-	}
+// errCiliumNeedsClusters is what --backend cilium without --clusters says.
+var errCiliumNeedsClusters = errors.New("--backend cilium needs --clusters: it needs each cluster's kubeconfig context and clustermeshAPIServer endpoint")
+
+func (f *ciliumFlags) backend(clusters []mesh.Cluster) (*mesh.Cilium, error) {
 	clients, err := mesh.KubeClients(clusters, f.kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	b, err := mesh.NewCilium(clusters, clients, mesh.CiliumOptions{Namespace: f.namespace, Domain: f.domain, KVStoreMesh: f.kvstoremesh})
-	return b, clusters, err
+	return mesh.NewCilium(clusters, clients, mesh.CiliumOptions{Namespace: f.namespace, Domain: f.domain, KVStoreMesh: f.kvstoremesh})
 }
+
+// contexts maps the clusters' names to their kubeconfig contexts.
+func contexts(clusters []mesh.Cluster) map[string]string {
+	out := make(map[string]string, len(clusters))
+	for _, c := range clusters {
+		out[c.Name] = c.Context
+	}
+	return out
+}
+
+// defaultParallel bounds the joins in flight: far below a large mesh's size, because a
+// cluster that joins makes its KVStoreMesh (or every agent) connect to all its peers at
+// once, and every peer's clustermesh-apiserver serves its initial sync (docs/mesh.md,
+// "Scale rules").
+const defaultParallel = 8
 
 func newMeshApplyCommand() *cobra.Command {
 	var (
-		src      meshSource
-		cf       ciliumFlags
-		backend  string
-		mode     string
-		parallel int
-		attempts int
-		dryRun   bool
-		opTime   time.Duration
-		outDir   string
-		command  mesh.Command
+		src         meshSource
+		cf          ciliumFlags
+		backend     string
+		mode        string
+		parallel    int
+		attempts    int
+		dryRun      bool
+		opTime      time.Duration
+		outDir      string
+		journal     string
+		statusCmd   mesh.StatusCommand
+		joinTimeout time.Duration
+		poll        time.Duration
+		command     mesh.Command
 	)
 	cmd := &cobra.Command{
 		Use:   "apply",
@@ -208,8 +314,10 @@ func newMeshApplyCommand() *cobra.Command {
 plans only what is missing, and runs it, so running it again after a failure resumes.
 
 Modes:
-  declarative  one write per cluster with its whole peer list, all in one round,
-               at most --parallel at once (recommended; shared/spec/mesh.md §2.2)
+  declarative  one join per cluster: a write of its whole peer list, then (with
+               --status-command) a wait until Cilium in that cluster reports every
+               peer ready. All in one round, at most --parallel joins in flight
+               (recommended; see docs/mesh.md)
   pairwise     one operation per pair, in rounds of disjoint pairs ("mesh plan"),
                as "cilium clustermesh connect" needs
 
@@ -217,11 +325,10 @@ Backends:
   cilium       server-side-applies, in each cluster, the objects Cilium reads when
                installed with clustermesh.config.enabled=false: the cilium-clustermesh
                and cilium-kvstoremesh Secrets and the clustermesh-remote-users
-               ConfigMap (field manager "prebake"). One write per cluster, all in
-               parallel; declarative only. Needs --clusters (context and
-               clustermeshAPIServer per cluster) and a CA shared by all clusters; it
-               refuses, writing nothing, when the CAs differ, when an object would
-               exceed 1 MiB, or when Helm renders cilium-clustermesh.
+               ConfigMap (field manager "prebake"). Declarative only. Needs --clusters
+               (context and clustermeshAPIServer per cluster) and a CA shared by all
+               clusters; it refuses, writing nothing, when the CAs differ, when an
+               object would exceed 1 MiB, or when Helm renders cilium-clustermesh.
   command      runs --command per pair, round by round, e.g.
                'cilium clustermesh connect --context {a.context} --destination-context {b.context}'.
                Placeholders {a} {b} {a.context} {b.context}. The template is split on
@@ -235,14 +342,32 @@ Backends:
                Needs --clusters with clustermeshAPIServer endpoints; declarative only.
   simulated    in memory; each operation takes --op-time. For trying and benchmarks.
 
+Waiting for Cilium (declarative): --status-command runs per cluster ({cluster},
+{context}; no shell unless --shell) and prints Cilium's own status JSON: one or more
+'cilium-dbg status -o json' (agents) and, with --kvstoremesh, 'clustermesh-apiserver
+kvstoremesh-dbg status -o json'. A join is done when every agent lists every peer
+ready and, with KVStoreMesh, every KVStoreMesh lists it ready and synchronised. It is
+read every --poll until --join-timeout, which fails that join only. A remote that
+flaps only prolongs the waits that need it: nothing is written again.
+
+Progress (declarative): each join is appended to --journal as it begins and ends. A
+re-run skips the clusters whose join it records as done for the same peers (and whose
+objects still list them), waits for those written but not confirmed, and writes the
+rest: a killed apply resumes without redoing finished joins.
+
 Clusters removed from the clusters file are dropped from the others' peer lists; the
 removed clusters themselves are not written (tear them down, or disable Cluster Mesh).
 
-Failed operations are retried (--attempts, exponential backoff); the rest of the
-round continues, and the summary lists what failed.`,
+Failed writes are retried (--attempts, exponential backoff); the rest of the round
+continues, and the summary lists what failed.`,
 		Example: `  # write the mesh objects into every cluster of clusters.yaml, after showing what changes
   prebake mesh apply --clusters clusters.yaml --backend cilium --dry-run
-  prebake mesh apply --clusters clusters.yaml --backend cilium --parallel 32
+  prebake mesh apply --clusters clusters.yaml --backend cilium --parallel 8
+
+  # ... and count a join as done only once Cilium in that cluster reports its peers ready
+  prebake mesh apply --clusters clusters.yaml --backend cilium --status-shell --status-command \
+    'kubectl --context {context} -n kube-system exec ds/cilium -c cilium-agent -- cilium-dbg status -o json &&
+     kubectl --context {context} -n kube-system exec deploy/clustermesh-apiserver -c kvstoremesh -- clustermesh-apiserver kvstoremesh-dbg status -o json'
 
   # pairwise cilium-cli connects, round by round
   prebake mesh apply --clusters clusters.yaml --backend command \
@@ -261,14 +386,39 @@ round continues, and the summary lists what failed.`,
 			if mode != "declarative" && mode != "pairwise" {
 				return fmt.Errorf("--mode %q: want declarative or pairwise", mode)
 			}
-			names, current, wanted, err := src.graphs()
+			if parallel < 0 {
+				return fmt.Errorf("--parallel %d: want 1 or more (0: a whole round at once)", parallel)
+			}
+			if statusCmd.Template != "" && mode != "declarative" {
+				return errors.New("--status-command waits for declarative joins: use --mode declarative")
+			}
+			switch backend {
+			case "cilium", "helm-values":
+				if src.clustersFile == "" {
+					if backend == "cilium" {
+						return errCiliumNeedsClusters
+					}
+					return errors.New("--backend helm-values needs --clusters: the values need each peer's clustermeshAPIServer endpoint")
+				}
+			case "command":
+				if mode != "pairwise" {
+					return errors.New("--backend command runs one command per pair: use --mode pairwise")
+				}
+				if command.Connect == "" {
+					return errors.New("--backend command needs --command, e.g. 'cilium clustermesh connect --context {a.context} --destination-context {b.context}'")
+				}
+			case "simulated":
+			default:
+				return fmt.Errorf("--backend %q: want cilium, command, helm-values or simulated", backend)
+			}
+			names, current, wanted, err := src.graphs(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			ctx, stop := signal.NotifyContext(contextOf(cmd), os.Interrupt)
 			defer stop()
-			e := &mesh.Executor{Parallel: parallel, Attempts: attempts, Progress: out}
+			e := &mesh.Executor{Parallel: parallel, Attempts: attempts, Progress: out, JoinTimeout: joinTimeout, PollInterval: poll}
 			if dryRun {
 				e.Parallel = 1 // print the writes in a stable order
 			}
@@ -291,50 +441,47 @@ round continues, and the summary lists what failed.`,
 				}
 				b = sim
 			case "command":
-				if mode != "pairwise" {
-					return errors.New("--backend command runs one command per pair: use --mode pairwise")
-				}
-				if command.Connect == "" {
-					return errors.New("--backend command needs --command, e.g. 'cilium clustermesh connect --context {a.context} --destination-context {b.context}'")
-				}
 				command.Initial = current
-				if src.clustersFile != "" {
-					clusters, err := mesh.LoadFile(src.clustersFile)
-					if err != nil {
-						return err
-					}
-					command.Contexts = map[string]string{}
-					for _, c := range clusters {
-						command.Contexts[c.Name] = c.Context
-					}
+				command.Journal = journal
+				if command.Journal == "" {
+					command.Journal = "mesh-command.journal"
 				}
+				command.Contexts = contexts(src.clusters)
 				return runPairwise(ctx, out, e, &command, names, src.existing, current, wanted, dryRun, &command)
 			case "helm-values":
-				if src.clustersFile == "" {
-					return errors.New("--backend helm-values needs --clusters: the values need each peer's clustermeshAPIServer endpoint")
-				}
 				if err := declarativeOnly(); err != nil {
 					return err
 				}
-				clusters, err := mesh.LoadFile(src.clustersFile)
-				if err != nil {
-					return err
-				}
-				b = mesh.NewHelmValues(outDir, clusters)
+				b = mesh.NewHelmValues(outDir, src.clusters)
 			case "cilium":
 				if err := declarativeOnly(); err != nil {
 					return err
 				}
-				cb, _, err := cf.backend(src.clustersFile)
+				cb, err := cf.backend(src.clusters)
 				if err != nil {
 					return err
 				}
 				b = cb
-			default:
-				return fmt.Errorf("--backend %q: want cilium, command, helm-values or simulated", backend)
+				e.KVStoreMesh = cf.kvstoremesh
+			}
+			if statusCmd.Template != "" && !dryRun {
+				statusCmd.Contexts = contexts(src.clusters)
+				e.Status = &statusCmd
 			}
 			if dryRun {
 				b = &mesh.DryRun{Backend: b, Out: out}
+			} else {
+				if journal == "" && src.clustersFile != "" {
+					journal = strings.TrimSuffix(src.clustersFile, filepath.Ext(src.clustersFile)) + ".journal"
+				}
+				if journal != "" {
+					j, err := mesh.OpenJournal(journal)
+					if err != nil {
+						return err
+					}
+					defer j.Close()
+					e.Journal = j
+				}
 			}
 			res, err := e.Declarative(ctx, b, names, wanted)
 			if werr := mesh.WriteSummary(out, res); werr != nil {
@@ -349,16 +496,20 @@ round continues, and the summary lists what failed.`,
 	src.register(cmd)
 	cf.register(cmd)
 	cmd.Flags().StringVar(&backend, "backend", "", "cilium, command, helm-values or simulated")
-	cmd.Flags().StringVar(&mode, "mode", "declarative", "declarative (one write per cluster) or pairwise (rounds of pairs; the default for --backend command)")
-	cmd.Flags().IntVar(&parallel, "parallel", 16, "operations in flight at most (0: a whole round)")
-	cmd.Flags().IntVar(&attempts, "attempts", 3, "attempts per operation before it counts as failed")
+	cmd.Flags().StringVar(&mode, "mode", "declarative", "declarative (one join per cluster) or pairwise (rounds of pairs; the default for --backend command)")
+	cmd.Flags().IntVar(&parallel, "parallel", defaultParallel, "joins (declarative) or operations (pairwise) in flight at most; 0: a whole round at once")
+	cmd.Flags().IntVar(&attempts, "attempts", 3, "attempts per write or operation before it counts as failed")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the writes instead of making them")
+	cmd.Flags().StringVar(&journal, "journal", "", "file recording the progress, read back to resume (default: declarative with --clusters: beside it, clusters.yaml → clusters.journal; command backend: mesh-command.journal)")
+	cmd.Flags().StringVar(&statusCmd.Template, "status-command", "", "declarative: command run per cluster ({cluster} {context}) printing Cilium's status JSON (cilium-dbg status -o json, kvstoremesh-dbg status -o json); a join is done once it shows every peer ready")
+	cmd.Flags().BoolVar(&statusCmd.Shell, "status-shell", false, "run --status-command with sh -c ({cluster} and {context} become \"$MESH_CLUSTER\" and \"$MESH_CONTEXT\")")
+	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", 10*time.Minute, "declarative with --status-command: how long one cluster may take to report its peers ready; past it that join fails")
+	cmd.Flags().DurationVar(&poll, "poll", 5*time.Second, "declarative with --status-command: time between two status reads of a cluster")
 	cmd.Flags().DurationVar(&opTime, "op-time", 15*time.Millisecond, "simulated backend: time one operation takes")
 	cmd.Flags().StringVar(&outDir, "out", "mesh-values", "helm-values backend: directory of the values files")
 	cmd.Flags().StringVar(&command.Connect, "command", "", "command backend: template run per pair to connect; {a} {b} {a.context} {b.context}")
 	cmd.Flags().StringVar(&command.Disconnect, "disconnect-command", "", "command backend: template run per pair to disconnect (when clusters leave)")
 	cmd.Flags().BoolVar(&command.Shell, "shell", false, "command backend: run the templates with sh -c (placeholders become quoted variables)")
-	cmd.Flags().StringVar(&command.Journal, "journal", "mesh-command.journal", "command backend: file recording the pairs done, read back to resume")
 	cmd.Flags().StringVar(&command.LogDir, "log-dir", "mesh-command-logs", "command backend: directory of the per-pair output, <a>_<b>.log")
 	_ = cmd.MarkFlagRequired("backend")
 	return cmd
@@ -434,7 +585,12 @@ Backends:
 			)
 			switch backend {
 			case "cilium":
-				b, clusters, err = cf.backend(clustersFile)
+				if clustersFile == "" {
+					return errCiliumNeedsClusters
+				}
+				if clusters, err = mesh.LoadFile(clustersFile); err == nil {
+					b, err = cf.backend(clusters)
+				}
 			case "helm-values":
 				clusters, err = mesh.LoadFile(clustersFile)
 				b = mesh.NewHelmValues(outDir, clusters)

@@ -3,23 +3,33 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/prebake-dev/prebake/mesh"
 )
 
+// runMesh runs `prebake mesh args…` and returns what it printed on stdout.
 func runMesh(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := runMeshStderr(t, args...)
+	return out, err
+}
+
+func runMeshStderr(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	cmd := newMeshCommand()
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetErr(&out)
+	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
+	err = cmd.Execute()
+	return out.String(), errOut.String(), err
 }
 
 func TestMeshPlanAcceptance(t *testing.T) {
@@ -29,9 +39,10 @@ func TestMeshPlanAcceptance(t *testing.T) {
 		rounds, pairs, lowerBound  int
 		firstRoundLen, lastRoundLn int
 	}{
-		{[]string{"--generate", "511"}, 511, 130305, 511, 255, 255},
-		{[]string{"--generate", "512"}, 511, 130816, 511, 256, 256},
-		{[]string{"--generate", "511", "--existing", "510"}, 510, 510, 510, 1, 1},
+		{[]string{"--generate", "511", "--max-connected-clusters", "511"}, 511, 130305, 511, 255, 255},
+		{[]string{"--generate", "300", "--max-connected-clusters", "511"}, 299, 44850, 299, 150, 150},
+		{[]string{"--generate", "255"}, 255, 32385, 255, 127, 127},
+		{[]string{"--generate", "511", "--existing", "510", "--max-connected-clusters", "511"}, 510, 510, 510, 1, 1},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -284,5 +295,195 @@ func TestMeshStatusJSON(t *testing.T) {
 	want := `[{"cluster":"a","configured":["b"]},{"cluster":"b","configured":[],"missing":["a"]}]` + "\n"
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("status -o json (-want +got):\n%s", diff)
+	}
+}
+
+func TestMeshPlanScaleRules(t *testing.T) {
+	t.Parallel()
+	_, err := runMesh(t, "plan", "--generate", "300")
+	if err == nil || !strings.Contains(err.Error(), "more than 255 clusters need maxConnectedClusters 511") || !strings.Contains(err.Error(), "--max-connected-clusters 511") {
+		t.Errorf("300 generated clusters without 511: %v", err)
+	}
+	if _, err := runMesh(t, "plan", "--generate", "512", "--max-connected-clusters", "511"); err == nil || !strings.Contains(err.Error(), "at most 511 clusters") {
+		t.Errorf("512 generated clusters: %v", err)
+	}
+	if _, err := runMesh(t, "plan", "--generate", "3", "--max-connected-clusters", "300"); err == nil || !strings.Contains(err.Error(), "Cilium accepts 255 or 511") {
+		t.Errorf("--max-connected-clusters 300: %v", err)
+	}
+	out, err := runMesh(t, "plan", "--generate", "300", "--max-connected-clusters", "511", "--mode", "declarative", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Mode                              string
+		RoundCount, WriteCount, PairCount int
+		Writes                            []struct {
+			Cluster string
+			Peers   int
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Mode != "declarative" || p.RoundCount != 1 || p.WriteCount != 300 || p.PairCount != 44850 || len(p.Writes) != 300 || p.Writes[299].Peers != 299 {
+		t.Errorf("declarative plan of 300: %+v", p)
+	}
+	out, err = runMesh(t, "plan", "--generate", "300", "--max-connected-clusters", "511", "--mode", "declarative")
+	if err != nil || !strings.Contains(out, "clusters 300  writes 300  rounds 1  pairs 44850  method declarative") {
+		t.Errorf("declarative table: %v\n%s", err, out)
+	}
+
+	// A clusters file of 300 clusters, one of them installed with the default 255.
+	var file strings.Builder
+	file.WriteString("clusters:\n")
+	for i := 1; i <= 300; i++ {
+		mc := 511
+		if i == 17 {
+			mc = 255
+		}
+		fmt.Fprintf(&file, "  - name: c%d\n    maxConnectedClusters: %d\n", i, mc)
+	}
+	path := filepath.Join(t.TempDir(), "clusters.yaml")
+	if err := os.WriteFile(path, []byte(file.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runMesh(t, "plan", "--clusters", path)
+	for _, want := range []string{"300 clusters need maxConnectedClusters: 511", "1 of them are recorded as installed without it (c17)", "clustermesh.maxConnectedClusters=511"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("clusters file with c17 at 255: error lacks %q: %v", want, err)
+		}
+	}
+	if _, err := os.Stat(mesh.DefaultIDsPath(path)); !os.IsNotExist(err) {
+		t.Errorf("a refused plan recorded ids: %v", err)
+	}
+	fixed := strings.Replace(file.String(), "c17\n    maxConnectedClusters: 255", "c17\n    maxConnectedClusters: 511", 1)
+	if err := os.WriteFile(path, []byte(fixed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runMesh(t, "plan", "--clusters", path, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct{ RoundCount int }
+	if err := json.Unmarshal([]byte(out), &s); err != nil || s.RoundCount != 299 {
+		t.Errorf("300 clusters with 511: %d rounds (%v), want 299", s.RoundCount, err)
+	}
+}
+
+// TestMeshPlanIDsStable: ids the clusters file leaves out are allocated once, recorded,
+// and kept across re-plans that add and remove clusters; a removed cluster's id is not
+// given to a newcomer.
+func TestMeshPlanIDsStable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "clusters.yaml")
+	plan := func(names ...string) (map[string]int, string) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("clusters:\n")
+		for _, n := range names {
+			b.WriteString("  - name: " + n + "\n    clustermeshAPIServer: " + n + ".example:32379\n")
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, err := runMeshStderr(t, "plan", "--clusters", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := mesh.LoadIDs(filepath.Join(dir, "clusters.ids.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids, stderr
+	}
+	ids, stderr := plan("a", "b", "c", "d")
+	if diff := cmp.Diff(map[string]int{"a": 1, "b": 2, "c": 3, "d": 4}, ids); diff != "" {
+		t.Errorf("first plan (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(stderr, "allocated cluster ids for a, b, c, d, recorded in "+filepath.Join(dir, "clusters.ids.yaml")) {
+		t.Errorf("first plan does not report the allocation: %q", stderr)
+	}
+	// b leaves, e joins in front of the others: nobody moves, e does not get b's 2.
+	ids, stderr = plan("e", "a", "c", "d")
+	if diff := cmp.Diff(map[string]int{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, ids); diff != "" {
+		t.Errorf("after removing b and adding e (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(stderr, "allocated cluster ids for e,") {
+		t.Errorf("second plan: %q", stderr)
+	}
+	// b comes back: it gets its 2 again. Nothing new is allocated.
+	ids, stderr = plan("a", "b", "c", "d", "e")
+	if ids["b"] != 2 || len(ids) != 5 || stderr != "" {
+		t.Errorf("b back: ids %v, stderr %q", ids, stderr)
+	}
+	// The clusters the CLI loads carry the recorded ids (helm-values writes them).
+	values := filepath.Join(dir, "values")
+	if out, err := runMesh(t, "apply", "--clusters", path, "--backend", "helm-values", "--out", values); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(values, "e.yaml"))
+	if err != nil || !strings.Contains(string(got), "name: e\n  id: 5\n") {
+		t.Errorf("e.yaml: %v\n%s", err, got)
+	}
+	// An explicit id that contradicts the record is refused.
+	if err := os.WriteFile(path, []byte("clusters:\n  - name: a\n    id: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runMesh(t, "plan", "--clusters", path); err == nil || !strings.Contains(err.Error(), "id 7, but id 1 was allocated to it") {
+		t.Errorf("contradicting explicit id: %v", err)
+	}
+}
+
+// TestMeshApplyWaitsForStatus: with --status-command a join counts only once the
+// command prints Cilium's status with every peer ready; the journal beside the clusters
+// file lets a re-run skip the finished joins.
+func TestMeshApplyWaitsForStatus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "clusters.yaml")
+	if err := os.WriteFile(file, []byte("clusters:\n  - name: a\n    clustermeshAPIServer: a.example:2379\n  - name: b\n    clustermeshAPIServer: b.example:2379\n  - name: c\n    clustermeshAPIServer: c.example:2379\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Every cluster reports every cluster ready, except that b reports c not ready until
+	// the marker file exists: b's join cannot finish before.
+	marker := filepath.Join(dir, "c-up")
+	script := filepath.Join(dir, "status.sh")
+	body := `#!/bin/sh
+c=true
+if [ "$MESH_CLUSTER" = b ] && [ ! -e ` + marker + ` ]; then c=false; fi
+echo '{"cluster-mesh": {"clusters": [{"name": "a", "ready": true}, {"name": "b", "ready": true}, {"name": "c", "ready": '$c', "status": "reconnecting"}]}}'
+`
+	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(dir, "values")
+	args := []string{"apply", "--clusters", file, "--backend", "helm-values", "--out", values,
+		"--status-command", script + " {cluster}", "--poll", "1ms", "--join-timeout", "200ms", "--parallel", "2"}
+	out, err := runMesh(t, args...)
+	if err == nil || !strings.Contains(out, `join b after 1 attempts: cluster "b": not joined after 200ms (--join-timeout): c: agent 1: not ready (reconnecting)`) {
+		t.Fatalf("b's join should time out waiting for c: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runMesh(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"join b: 2 peers ready after", "joins: 0 written, 1 only awaited (written before), 2 skipped (done per the journal)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("resumed apply lacks %q:\n%s", want, out)
+		}
+	}
+	entries, err := mesh.ReadJournal(filepath.Join(dir, "clusters.journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mesh.MaxInFlight(entries); got > 2 {
+		t.Errorf("%d joins in flight with --parallel 2", got)
+	}
+	if _, err := runMesh(t, "apply", "--generate", "3", "--backend", "simulated", "--mode", "pairwise", "--status-command", "x"); err == nil || !strings.Contains(err.Error(), "use --mode declarative") {
+		t.Errorf("--status-command with pairwise: %v", err)
 	}
 }
