@@ -2,6 +2,7 @@ package ciliumcompat
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -525,5 +526,68 @@ func TestKVStoreMeshSecrets(t *testing.T) {
 		if want := cachedNodesPrefix + peer + "/node-1"; !slices.Equal(nodes, []string{want}) {
 			t.Errorf("%s: the agent listed %v, want [%s]", peer, nodes, want)
 		}
+	}
+}
+
+// statusJSON is what `cilium-dbg status -o json` prints for the given remote clusters
+// (models.StatusResponse), and what `kvstoremesh-dbg status -o json` prints for them with
+// every resource kind synchronised ([]models.RemoteCluster), both marshalled by Cilium's
+// own API models.
+func statusJSON(t *testing.T, remotes ...*models.RemoteCluster) string {
+	t.Helper()
+	agent, err := json.Marshal(&models.StatusResponse{ClusterMesh: &models.ClusterMeshStatus{Clusters: remotes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []*models.RemoteCluster
+	for _, r := range remotes {
+		c := *r
+		c.Synced = &models.RemoteClusterSynced{Nodes: true, Services: true, Identities: true, Endpoints: true}
+		kvs = append(kvs, &c)
+	}
+	km, err := json.Marshal(kvs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(agent) + "\n" + string(km) + "\n"
+}
+
+// TestStatusFromCiliumModels: what prebake's join wait reads (mesh.ParseMeshStatus) is
+// Cilium's own status, as its ClusterMesh reports it and its API models print it: ready
+// remotes make a join done, a remote that is not ready (c2 behind c3's endpoint) keeps it
+// waiting, with Cilium's status message.
+func TestStatusFromCiliumModels(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := newFixture(t, ctx)
+	good := mountSecret(t, objects(t, renderer(t, f.clusters, false), "c1", "c2", "c3").ClusterMesh, map[string]keyPair{"common-etcd-client": f.remoteCert(t)})
+	m := startClusterMesh(t, ctx, f.log, f.local, good, nodesPrefix)
+	for _, peer := range []string{"c2", "c3"} {
+		waitFor(t, ctx, "ready "+peer, ready(m, peer))
+	}
+	st, err := mesh.ParseMeshStatus(strings.NewReader(statusJSON(t, m.status("c2"), m.status("c3"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing := st.Missing([]string{"c2", "c3"}, true); missing != nil {
+		t.Errorf("Cilium reports c2 and c3 ready; prebake reads %v", missing)
+	}
+
+	clusters := slices.Clone(f.clusters)
+	clusters[1].ClusterMeshAPIServer = f.servers["c3"].addr
+	bad := mountSecret(t, objects(t, renderer(t, clusters, false), "c1", "c2").ClusterMesh, map[string]keyPair{"common-etcd-client": f.remoteCert(t)})
+	mb := startClusterMesh(t, ctx, f.log, f.local, bad, nodesPrefix)
+	waitFor(t, ctx, "c2 connected", func() (bool, string) {
+		s := mb.status("c2")
+		return s != nil && s.Connected, fmt.Sprintf("%+v", s)
+	})
+	s := mb.status("c2")
+	st, err = mesh.ParseMeshStatus(strings.NewReader(statusJSON(t, s)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := st.Missing([]string{"c2"}, false)
+	if want := "c2: agent 1: not ready (" + s.Status + ")"; len(missing) != 1 || missing[0] != want {
+		t.Errorf("c2 not ready in Cilium's status; prebake reads %v, want [%s]", missing, want)
 	}
 }
