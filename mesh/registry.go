@@ -17,7 +17,7 @@ import (
 
 // Cilium's cluster identity rules, re-implemented so that production code imports no
 // Cilium package (importing pkg/clustermesh/types adds 23 modules; docs/mesh.md,
-// "Cross-check with Cilium"). Sources, Cilium v1.20.2:
+// "What was checked, and how"). Sources, Cilium v1.20.2:
 // pkg/clustermesh/types/{types.go,option.go}, pkg/defaults/defaults.go and the chart's
 // templates/validate.yaml.
 const (
