@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -482,51 +481,6 @@ func (r svcResolver) Resolve(_ context.Context, host, port string) (string, stri
 		return r.toHost, r.toPort
 	}
 	return host, port
-}
-
-// TestKVStoreMeshSecrets: with KVStoreMesh (the chart default), prebake writes the peers'
-// endpoints into cilium-kvstoremesh and points every agent entry of cilium-clustermesh at
-// the local clustermesh-apiserver. Cilium's ClusterMesh, loading cilium-kvstoremesh as
-// KVStoreMesh does, connects to c2 and c3 as remote-c1; loading cilium-clustermesh as the
-// agent does, it connects to c1's own clustermesh-apiserver
-// (clustermesh-apiserver.kube-system.svc:2379, through the agent's service resolver) as
-// local-c1 and reads c2's and c3's cluster configs and nodes from KVStoreMesh's cache.
-func TestKVStoreMeshSecrets(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	f := newFixture(t, ctx)
-	local := startAPIServer(t, ctx, f.log, "c1", f.ca)
-	secret := objects(t, renderer(t, f.clusters, true), "c1", "c2", "c3")
-
-	// KVStoreMesh's side.
-	kdir := mountSecret(t, secret.KVStoreMesh, map[string]keyPair{"common-etcd-client": f.remoteCert(t)})
-	km := startClusterMesh(t, ctx, f.log, f.local, kdir, nodesPrefix)
-	for _, peer := range []string{"c2", "c3"} {
-		waitFor(t, ctx, "KVStoreMesh's ClusterMesh ready for "+peer, ready(km, peer))
-	}
-	mirrorToCache(t, ctx, km, local, "c2", "c3")
-
-	// The agents' side.
-	host, port, err := net.SplitHostPort(local.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adir := mountSecret(t, secret.ClusterMesh, map[string]keyPair{"local-etcd-client": f.ca.issue(t, "local-c1", false)})
-	agent := startClusterMesh(t, ctx, f.log, f.local, adir, cachedNodesPrefix,
-		svcResolver{host: "clustermesh-apiserver.kube-system.svc", port: "2379", toHost: host, toPort: port})
-	for _, peer := range []string{"c2", "c3"} {
-		waitFor(t, ctx, "the agent's ClusterMesh ready for "+peer, ready(agent, peer))
-		p := agent.probe(peer)
-		p.mu.Lock()
-		cfg, nodes := p.config, p.nodes
-		p.mu.Unlock()
-		if !cfg.Capabilities.Cached {
-			t.Errorf("%s: the agent read a cluster config not from the cache: %+v", peer, cfg)
-		}
-		if want := cachedNodesPrefix + peer + "/node-1"; !slices.Equal(nodes, []string{want}) {
-			t.Errorf("%s: the agent listed %v, want [%s]", peer, nodes, want)
-		}
-	}
 }
 
 // statusJSON is what `cilium-dbg status -o json` prints for the given remote clusters

@@ -10,7 +10,11 @@
 //     etcdinit with the users of the rendered clustermesh-remote-users, reads the remote's
 //     cluster config (written with Cilium's clustercfg and types) and lists its nodes; and
 //     it fails, with Cilium's errors, when the CA is not shared, when an endpoint names
-//     another cluster, and when a peer's users lack the cluster.
+//     another cluster, and when a peer's users lack the cluster;
+//   - Cilium's KVStoreMesh (pkg/clustermesh/kvstoremesh, in-process) mirrors the peers
+//     through the rendered cilium-kvstoremesh, and the agents' entries of
+//     cilium-clustermesh read the mirror from the local etcd;
+//   - the status a join waits for: Cilium's API models, parsed by mesh.ParseMeshStatus.
 //
 // It is a separate, test-only module (its own go.mod, with a replace of the prebake module
 // to ../..), so that prebake's own module graph and binaries never carry Cilium's

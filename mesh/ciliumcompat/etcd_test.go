@@ -231,27 +231,3 @@ func (l *logRecorder) dump() string {
 	defer l.mu.Unlock()
 	return strings.Join(*l.records, "\n")
 }
-
-// mirrorToCache writes into the local clustermesh-apiserver's etcd what KVStoreMesh
-// mirrors from each remote it is connected to: the remote's cluster config marked cached,
-// and its nodes under cilium/cache. It reads them from the remote through the connection
-// Cilium's ClusterMesh made.
-func mirrorToCache(t *testing.T, ctx context.Context, km *clusterMesh, local *apiserver, peers ...string) {
-	t.Helper()
-	for _, peer := range peers {
-		p := km.probe(peer)
-		p.mu.Lock()
-		cfg, nodes := *p.config, p.nodes
-		p.mu.Unlock()
-		cfg.Capabilities.Cached = true
-		if err := clustercfg.Set(ctx, peer, cfg, local.admin); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range nodes {
-			key := kvstore.JoinKey(kvstore.CachePrefix, strings.TrimPrefix(n, kvstore.StatePrefix+"/"))
-			if err := local.admin.Update(ctx, key, []byte(`{}`), false); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
