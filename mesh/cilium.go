@@ -266,7 +266,9 @@ func (c *Cilium) Connections(ctx context.Context) (*Graph, error) {
 //     cilium-ca, else clustermesh-apiserver-remote-cert): without it a peer's client
 //     certificate is refused;
 //   - a cluster whose cilium-clustermesh Secret a Helm release renders
-//     (clustermesh.config.enabled=true): Helm would overwrite the writes at its next upgrade.
+//     (clustermesh.config.enabled=true): Helm would overwrite the writes at its next upgrade;
+//   - a cluster whose cilium-config says it was installed with another cluster-name,
+//     cluster-id or max-connected-clusters than the clusters file records.
 func (c *Cilium) Preflight(ctx context.Context, writes map[string][]string) error {
 	var errs []error
 	involved := map[string]bool{}
@@ -300,6 +302,9 @@ func (c *Cilium) Preflight(ctx context.Context, writes map[string][]string) erro
 				return err
 			}
 		}
+		if err := c.checkInstalled(ctx, name); err != nil {
+			return err
+		}
 		ca, err := c.readCA(ctx, name)
 		if err != nil {
 			return err
@@ -328,6 +333,42 @@ func (c *Cilium) checkNotHelm(ctx context.Context, name string) error {
 		return fmt.Errorf("cluster %q: Secret %s/%s belongs to Helm release %q (clustermesh.config.enabled=true), which would overwrite these writes: upgrade it with clustermesh.config.enabled=false, or use --backend helm-values", name, ns, SecretClusterMesh, rel)
 	}
 	return nil
+}
+
+// ConfigMapCiliumConfig is the agent's configuration; its cluster-name, cluster-id and
+// max-connected-clusters are what Cilium was installed with (the chart's
+// cilium-configmap.yaml).
+const ConfigMapCiliumConfig = "cilium-config"
+
+// checkInstalled compares the cluster's entry in the clusters file with what Cilium in it
+// was installed with (cilium-config), when that ConfigMap exists: a cluster installed with
+// another id or maxConnectedClusters cannot join (Cilium refuses a remote whose
+// maxConnectedClusters differs, and ids must match what its peers are told).
+func (c *Cilium) checkInstalled(ctx context.Context, name string) error {
+	ns := c.opts.Namespace
+	cm, err := c.clients[name].CoreV1().ConfigMaps(ns).Get(ctx, ConfigMapCiliumConfig, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster %q: read ConfigMap %s/%s: %w", name, ns, ConfigMapCiliumConfig, err)
+	}
+	cl := c.clusters[name]
+	var errs []error
+	if v := cm.Data["cluster-name"]; v != "" && v != cl.Name {
+		errs = append(errs, fmt.Errorf("%s: Cilium in it was installed as cluster-name %q (ConfigMap %s/%s): name it %q in the clusters file, or point its context at the right cluster", cl.label(), v, ns, ConfigMapCiliumConfig, v))
+	}
+	if v, ok := cm.Data["cluster-id"]; ok && v != fmt.Sprint(cl.ID) {
+		errs = append(errs, fmt.Errorf("%s: id %d, but Cilium in it was installed with cluster-id %s (ConfigMap %s/%s); the id is fixed at install time: set id: %s in the clusters file (and in the ids file, if prebake allocated another)", cl.label(), cl.ID, v, ns, ConfigMapCiliumConfig, v))
+	}
+	installed := cm.Data["max-connected-clusters"]
+	if installed == "" {
+		installed = fmt.Sprint(MaxConnectedClusters255) // the agent's default
+	}
+	if installed != fmt.Sprint(cl.maxConnected()) {
+		errs = append(errs, fmt.Errorf("%s: maxConnectedClusters %d in the clusters file, but Cilium in it was installed with max-connected-clusters=%s (ConfigMap %s/%s); it cannot be changed on a running cluster: record %s in the clusters file, or reinstall the cluster with clustermesh.maxConnectedClusters=%d", cl.label(), cl.maxConnected(), installed, ns, ConfigMapCiliumConfig, installed, cl.maxConnected()))
+	}
+	return errors.Join(errs...)
 }
 
 // caInfo identifies a CA certificate.

@@ -279,10 +279,11 @@ func TestCiliumBackendRefuses(t *testing.T) {
 	ctx := context.Background()
 	members := []string{"c1", "c2", "c3"}
 	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, f *fakeMesh)
-		opts  CiliumOptions
-		want  []string // substrings of the error
+		name    string
+		setup   func(t *testing.T, f *fakeMesh)
+		opts    CiliumOptions
+		want    []string // substrings of the error
+		notWant []string
 	}{
 		{
 			name: "CA not shared",
@@ -312,6 +313,27 @@ func TestCiliumBackendRefuses(t *testing.T) {
 			want: []string{`cluster "c1": Secret cilium-clustermesh would hold`, "for 2 peers, over the API server's 400-byte limit; about 1 peers fit"},
 		},
 		{
+			name: "installed without maxConnectedClusters 511, or with another id",
+			setup: func(t *testing.T, f *fakeMesh) {
+				for c, data := range map[string]map[string]string{
+					"c2": {"cluster-name": "c2", "cluster-id": "2", "max-connected-clusters": "511"},
+					"c3": {"cluster-name": "c3", "cluster-id": "9"},
+					"c1": {"cluster-name": "c1", "cluster-id": "1", "max-connected-clusters": "255"}, // matches
+				} {
+					if _, err := f.clients[c].CoreV1().ConfigMaps(DefaultCiliumNamespace).Create(ctx, &corev1.ConfigMap{
+						ObjectMeta: metav1.ObjectMeta{Name: ConfigMapCiliumConfig, Namespace: DefaultCiliumNamespace}, Data: data,
+					}, metav1.CreateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			want: []string{
+				`cluster "c2": maxConnectedClusters 255 in the clusters file, but Cilium in it was installed with max-connected-clusters=511`,
+				`cluster "c3": id 3, but Cilium in it was installed with cluster-id 9`,
+			},
+			notWant: []string{`cluster "c1"`},
+		},
+		{
 			name: "rendered by Helm",
 			setup: func(t *testing.T, f *fakeMesh) {
 				if _, err := f.clients["c1"].CoreV1().Secrets(DefaultCiliumNamespace).Create(ctx, &corev1.Secret{
@@ -339,6 +361,11 @@ func TestCiliumBackendRefuses(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(err.Error(), w) {
+					t.Errorf("error names %q, which matches its install:\n%v", w, err)
 				}
 			}
 			if w := f.writes(); len(w) != 0 || res.Succeeded != 0 {
