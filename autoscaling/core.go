@@ -98,11 +98,10 @@ type Core struct {
 
 	workers map[string]*providerWorkers // by provider name; read-only after New
 
-	// mu guards every group's instances, the two indexes below, and each
-	// instance's mutable fields.
-	mu           sync.RWMutex
-	byProviderID map[string]*instance
-	byName       map[string]*instance
+	// mu guards every group's instances, the index, and each instance's
+	// mutable fields.
+	mu    sync.RWMutex
+	index index
 	// nodeNames maps providerID to the Node name last observed for it.
 	nodeNames map[string]string
 	// forgotten holds, by providerID and by "name/"+machine name, when an
@@ -207,20 +206,19 @@ func New(ctx context.Context, o Options) (*Core, error) {
 		o.Metrics = NewMetrics(nil)
 	}
 	c := &Core{
-		opts:         o,
-		log:          o.Logger,
-		now:          o.Now,
-		metrics:      o.Metrics,
-		groups:       map[string]*group{},
-		workers:      map[string]*providerWorkers{},
-		byProviderID: map[string]*instance{},
-		byName:       map[string]*instance{},
-		nodeNames:    map[string]string{},
-		forgotten:    map[string]tombstone{},
-		lastSync:     map[string]time.Time{},
-		kick:         make(chan struct{}, 1),
-		synced:       map[string]bool{},
-		listErr:      map[string]error{},
+		opts:      o,
+		log:       o.Logger,
+		now:       o.Now,
+		metrics:   o.Metrics,
+		groups:    map[string]*group{},
+		workers:   map[string]*providerWorkers{},
+		index:     newIndex(),
+		nodeNames: map[string]string{},
+		forgotten: map[string]tombstone{},
+		lastSync:  map[string]time.Time{},
+		kick:      make(chan struct{}, 1),
+		synced:    map[string]bool{},
+		listErr:   map[string]error{},
 	}
 	if len(o.Groups) == 0 {
 		return nil, errors.New("no node groups configured: add at least one entry under nodeGroups")
@@ -377,23 +375,7 @@ func (c *Core) NodeGroupForNode(n Node) (GroupInfo, bool) {
 	return GroupInfo{}, false
 }
 
-func (c *Core) lookupLocked(n Node) *instance {
-	if n.ProviderID != "" {
-		if inst := c.byProviderID[n.ProviderID]; inst != nil {
-			return inst
-		}
-	}
-	if n.Name != "" {
-		if inst := c.byName[n.Name]; inst != nil {
-			return inst
-		}
-		// A fake node's name is the instance's providerID.
-		if inst := c.byProviderID[n.Name]; inst != nil {
-			return inst
-		}
-	}
-	return nil
-}
+func (c *Core) lookupLocked(n Node) *instance { return c.index.node(n) }
 
 func (c *Core) group(id string) (*group, error) {
 	g, ok := c.groups[id]

@@ -698,7 +698,7 @@ func TestStaleListDoesNotResurrect(t *testing.T) {
 	eventually(t, "the deleted instance forgotten", func() bool {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
-		return c.byProviderID[gone] == nil
+		return c.index.byID(gone) == nil
 	})
 	c.reconcile(p, stale, before)
 	if got := mustTarget(t, c, "g1"); got != 1 {

@@ -21,7 +21,7 @@ func (c *Core) ObserveNode(name, providerID string, ready bool, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nodeNames[providerID] = name
-	inst := c.byProviderID[providerID]
+	inst := c.index.byID(providerID)
 	if inst == nil {
 		return
 	}

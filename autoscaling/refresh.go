@@ -153,10 +153,7 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 			c.log.Warn("instance of a group that is not configured; leaving it alone", "provider", p.Name(), "group", li.Group, "providerID", li.ProviderID)
 			continue
 		}
-		inst := c.byProviderID[li.ProviderID]
-		if inst == nil && li.Name != "" {
-			inst = c.byName[li.Name]
-		}
+		inst := c.index.listed(li.ProviderID, li.Name)
 		if inst == nil {
 			if c.forgottenSinceLocked(li, listStart) {
 				// The List started before this instance was deleted and
@@ -167,9 +164,7 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 		}
 		seen[inst] = true
 		if inst.placeholder && li.ProviderID != "" {
-			delete(c.byProviderID, inst.providerID)
-			inst.providerID, inst.placeholder = li.ProviderID, false
-			c.byProviderID[inst.providerID] = inst
+			c.index.setProviderID(inst, li.ProviderID)
 		}
 		switch {
 		case inst.phase == phaseDeleting:
@@ -244,8 +239,7 @@ func (c *Core) adoptLocked(g *group, li providers.Instance) *instance {
 		inst.phase = phaseDeleting
 	}
 	g.instances[name] = inst
-	c.byName[name] = inst
-	c.byProviderID[li.ProviderID] = inst
+	c.index.add(inst)
 	c.log.Info("adopted instance from the cloud", "group", g.spec.ID, "providerID", li.ProviderID, "state", li.State)
 	return inst
 }

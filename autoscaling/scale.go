@@ -69,7 +69,7 @@ func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
 func (c *Core) freeNameLocked(g *group) string {
 	for {
 		name := g.spec.ID + "-" + c.opts.NameRand()
-		if _, taken := c.byName[name]; !taken {
+		if c.index.named(name) == nil {
 			return name
 		}
 	}
@@ -88,8 +88,7 @@ func (c *Core) addInstanceLocked(g *group, req providers.CreateRequest, now time
 		inst.placeholder = true
 	}
 	g.instances[name] = inst
-	c.byName[name] = inst
-	c.byProviderID[inst.providerID] = inst
+	c.index.add(inst)
 	return inst
 }
 
@@ -196,12 +195,7 @@ func (c *Core) forgetLocked(inst *instance) {
 	c.forgotten["name/"+inst.name] = ts
 	inst.gone = true
 	delete(inst.group.instances, inst.name)
-	if c.byName[inst.name] == inst {
-		delete(c.byName, inst.name)
-	}
-	if c.byProviderID[inst.providerID] == inst {
-		delete(c.byProviderID, inst.providerID)
-	}
+	c.index.remove(inst)
 }
 
 // DeleteNodes deletes exactly the named nodes' machines and lowers the

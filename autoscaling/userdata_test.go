@@ -203,7 +203,7 @@ func TestJoinTokenRevokedOnceTheNodeRegisters(t *testing.T) {
 	// An adopted machine: its Node registering lists no Secrets.
 	pid2, _ := p.ProviderID(r2)
 	c.mu.Lock()
-	adopted := c.byProviderID[pid2]
+	adopted := c.index.byID(pid2)
 	adopted.adopted = true
 	c.mu.Unlock()
 	lists := 0

@@ -219,12 +219,7 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		return
 	}
 	if got.ProviderID != "" && got.ProviderID != inst.providerID {
-		if c.byProviderID[inst.providerID] == inst {
-			delete(c.byProviderID, inst.providerID)
-		}
-		inst.providerID = got.ProviderID
-		inst.placeholder = false
-		c.byProviderID[inst.providerID] = inst
+		c.index.setProviderID(inst, got.ProviderID)
 	}
 	inst.acceptedAt = now
 	if inst.cancelled {
