@@ -122,7 +122,11 @@ type Core struct {
 	// catalog is the image catalog as last loaded; see images.go.
 	catalog catalogHolder
 
-	wg     sync.WaitGroup // owned goroutines: workers, runners, syncer, event senders
+	wg sync.WaitGroup // owned goroutines: workers, runners, syncer, event senders
+	// leases counts the Reservations not yet released; Shutdown waits for
+	// them before it drains the workers, so a reserved machine is deleted
+	// before the process goes.
+	leases sync.WaitGroup
 	cancel context.CancelFunc
 	runCtx atomic.Pointer[context.Context] // Start's context, for event senders
 }
@@ -316,6 +320,13 @@ func (c *Core) Shutdown(ctx context.Context) error {
 	c.closing = true
 	c.mu.Unlock()
 	var err error
+	released := make(chan struct{})
+	go func() { c.leases.Wait(); close(released) }()
+	select {
+	case <-released:
+	case <-ctx.Done():
+		err = fmt.Errorf("reserved machines (the image canary's) still held at shutdown: %w", ctx.Err())
+	}
 	for _, w := range c.workers {
 		if e := w.drain(ctx); e != nil {
 			err = e

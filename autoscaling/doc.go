@@ -16,8 +16,12 @@
 //     DeleteNodes never takes a group below its minimum.
 //   - The cloud is the source of truth: after a restart Sync rebuilds every
 //     instance from providers' List.
-//   - JoinCanary (the image canary) makes its machine through the same
-//     createRequest and worker create path as a scale-up, counted in the
-//     group's target while it exists, and always deletes it, its Node and its
-//     join tokens before Check returns.
+//   - A Reservation (what the image canary, package canary, boots) is made
+//     through the same request and the same worker queue as a scale-up,
+//     counts in its group's target while it exists, and is deleted by the
+//     worker delete path; Shutdown waits until every reservation is
+//     released.
+//   - The core knows Kubernetes only through NodeClient, EventSink and
+//     UserDataSource; their adapters (the Node watch, Events, bootstrap's
+//     user-data) live in the composition root, cmd/prebake/app.
 package autoscaling

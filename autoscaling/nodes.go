@@ -41,7 +41,7 @@ func (c *Core) ObserveNode(name, providerID string, ready bool, at time.Time) {
 		}
 		if !inst.adopted {
 			c.metrics.observePhase(g.spec.ID, inst.imageKind, phaseNodeRegistered, at.Sub(inst.requestedAt))
-			if c.rendersBootstrap(g) {
+			if c.rendersUserData(g) {
 				c.revokeJoinTokensLater(inst.name)
 			}
 		}

@@ -22,6 +22,8 @@ const (
 type task struct {
 	kind taskKind
 	inst *instance
+	// done, when set, is closed once a worker has run the task.
+	done chan struct{}
 }
 
 // providerWorkers run one provider's creations and deletions: Parallelism
@@ -118,6 +120,9 @@ func (w *providerWorkers) loop(ctx context.Context) {
 			w.create(ctx, t.inst)
 		case taskDelete:
 			w.delete(ctx, t.inst)
+		}
+		if t.done != nil {
+			close(t.done)
 		}
 		w.done()
 	}

@@ -28,7 +28,7 @@ var ErrNoCanary = errors.New("no canary configured")
 // PREBAKE_IMAGE_PROVIDER and PREBAKE_IMAGE_LOCATION. What the command does
 // (boot a server, kubeadm join, a smoke test) is up to the operator.
 // prebake's own canary, which boots a machine of a node group and waits for
-// its Node, is autoscaling.JoinCanary; the CLI wires it in, so this package
+// its Node, is autoscaling/canary.JoinCanary; the CLI wires it in, so this package
 // never imports autoscaling.
 type CommandCanary struct {
 	Command []string

@@ -14,7 +14,7 @@ const (
 	// LabelImageKind is prebaked or runtime-install.
 	LabelImageKind = "prebake.dev/image-kind"
 	// TaintCanary=<group>:NoSchedule is on the Node of the image canary's
-	// machine (autoscaling.JoinCanary), which is deleted without a drain.
+	// machine (autoscaling/canary), which is deleted without a drain.
 	TaintCanary = "prebake.dev/canary"
 	// LabelMachine is the machine name the core chose, on cloud resources.
 	LabelMachine = "prebake.dev/machine"

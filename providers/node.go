@@ -158,3 +158,22 @@ func BuildNode(s NodeShape) *corev1.Node {
 		},
 	}
 }
+
+// NodeReady is CA's rule for a node that counts as ready: the Ready condition is True and none of the
+// taints that keep pods off a starting node is left. (The API server adds
+// node.kubernetes.io/not-ready to a new Node whatever its condition says,
+// until the node lifecycle controller lifts it.)
+func NodeReady(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable:
+			return false
+		}
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/autoscaling/canary"
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/cmd/prebake/app"
 	"github.com/prebake-dev/prebake/imagecatalog"
@@ -365,7 +365,7 @@ func newImagesRefreshCommand(deps imagesDeps) *cobra.Command {
 	var (
 		b             buildFlags
 		maxAge        time.Duration
-		canary        string
+		canaryCommand string
 		canaryGroup   string
 		canaryTimeout time.Duration
 		to            string
@@ -398,7 +398,7 @@ PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.
   prebake images refresh --config prod.yaml --recipe recipe.yaml --canary-command "/canary/join-test.sh"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if canary != "" && canaryGroup != "" {
+			if canaryCommand != "" && canaryGroup != "" {
 				return errors.New("--canary-group and --canary-command are two canaries: give one of them, not both")
 			}
 			env, specs, cloud, err := b.open(cmd)
@@ -410,8 +410,8 @@ PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.
 				MaxAge: maxAge, To: to,
 			}
 			switch {
-			case canary != "":
-				opts.Canary = imagecatalog.CommandCanary{Command: []string{"/bin/sh", "-c", canary}}
+			case canaryCommand != "":
+				opts.Canary = imagecatalog.CommandCanary{Command: []string{"/bin/sh", "-c", canaryCommand}}
 			case canaryGroup != "":
 				stop, err := joinCanary(cmd, deps, &opts, canaryGroup, canaryTimeout, b.poll, b.dryRun, env.progress)
 				if err != nil {
@@ -439,8 +439,8 @@ PREBAKE_IMAGE_LOCATION set; exit status 0 passes. Give one of the two, not both.
 	b.register(cmd)
 	cmd.Flags().DurationVar(&maxAge, "max-age", 0, "rebuild an image older than this even if its inputs are unchanged (0: never)")
 	cmd.Flags().StringVar(&canaryGroup, "canary-group", "", "node group of --config whose machine, booted from the candidate, must join as a Ready node before it is promoted")
-	cmd.Flags().DurationVar(&canaryTimeout, "canary-timeout", autoscaling.DefaultCanaryTimeout, "how long --canary-group waits for the machine's Node to be Ready")
-	cmd.Flags().StringVar(&canary, "canary-command", "", "command that must pass before a candidate is promoted, instead of --canary-group")
+	cmd.Flags().DurationVar(&canaryTimeout, "canary-timeout", canary.DefaultTimeout, "how long --canary-group waits for the machine's Node to be Ready")
+	cmd.Flags().StringVar(&canaryCommand, "canary-command", "", "command that must pass before a candidate is promoted, instead of --canary-group")
 	cmd.Flags().StringVar(&to, "to", imagecatalog.ChannelStable, "channel to promote a passing candidate to")
 	return cmd
 }
@@ -455,12 +455,12 @@ func joinCanary(cmd *cobra.Command, deps imagesDeps, opts *imagecatalog.RefreshO
 		if err != nil {
 			return nil, err
 		}
-		opts.Canary = describedCanary(autoscaling.CanaryDescription(provider, group, timeout))
+		opts.Canary = describedCanary(canary.Description(provider, group, timeout))
 		return func() {}, nil
 	}
 	c, err := app.NewCanary(cmd.Context(), app.CanaryOptions{
 		ConfigPath: path, Group: group, Kube: deps.kube,
-		Canary: autoscaling.CanaryOptions{Timeout: timeout, Poll: poll, Progress: progress},
+		Canary: canary.Options{Timeout: timeout, Poll: poll, Progress: progress},
 		Logger: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/autoscaling/canary"
 	"github.com/prebake-dev/prebake/config"
 )
 
@@ -19,7 +20,7 @@ type CanaryOptions struct {
 	ConfigPath string
 	// Group is the node group whose machine the canary boots.
 	Group  string
-	Canary autoscaling.CanaryOptions
+	Canary canary.Options
 	Logger *slog.Logger
 	// Kube, when set, is the workload cluster instead of the one serve
 	// would find (the provider's or bootstrap's kubeconfig, $KUBECONFIG,
@@ -27,10 +28,10 @@ type CanaryOptions struct {
 	Kube kubernetes.Interface
 }
 
-// Canary is an autoscaling.JoinCanary over a core built exactly as serve
+// Canary is a canary.JoinCanary over a core built exactly as serve
 // builds it, started; Stop shuts that core down.
 type Canary struct {
-	*autoscaling.JoinCanary
+	*canary.JoinCanary
 	core *autoscaling.Core
 	stop context.CancelFunc
 }
@@ -83,7 +84,7 @@ func NewCanary(ctx context.Context, o CanaryOptions) (*Canary, error) {
 			return nil, err
 		}
 	}
-	jc, err := autoscaling.NewJoinCanary(bc.core, kube, o.Group, o.Canary)
+	jc, err := canary.New(bc.core, kube, o.Group, o.Canary)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.ConfigPath, err)
 	}

@@ -230,7 +230,7 @@ type builtCore struct {
 	core   *autoscaling.Core
 	groups []autoscaling.GroupSpec
 	// nodes watches the workload cluster; nil without one.
-	nodes *autoscaling.KubeNodes
+	nodes *KubeNodes
 	// kube is the workload cluster (the kwok or bootstrap client), or nil.
 	kube kubernetes.Interface
 }
@@ -256,9 +256,9 @@ func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg p
 	if err != nil {
 		return builtCore{}, err
 	}
-	var nodes *autoscaling.KubeNodes
+	var nodes *KubeNodes
 	if built.kube != nil {
-		nodes = autoscaling.NewKubeNodes(built.kube, cfg.ClusterName)
+		nodes = NewKubeNodes(built.kube, cfg.ClusterName)
 	}
 	coreOpts := autoscaling.Options{
 		Cluster:         cfg.ClusterName,
@@ -276,7 +276,7 @@ func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg p
 	}
 	if nodes != nil {
 		coreOpts.Nodes = nodes
-		coreOpts.Events = autoscaling.NewKubeEvents(built.kube, log)
+		coreOpts.Events = NewKubeEvents(built.kube, log)
 	}
 	if coreOpts.Catalog, err = catalogSource(cfg, built.kube); err != nil {
 		return builtCore{}, err
@@ -387,7 +387,7 @@ func bootstrapUserData(cfg *config.Config, built *builtProviders, log *slog.Logg
 	if built.kube == nil {
 		built.kube = kube
 	}
-	return &autoscaling.BootstrapUserData{
+	return &BootstrapUserData{
 		Tokens:     bootstrap.Tokens{Client: kube, TTL: b.TokenTTL.Duration},
 		Cluster:    b.BootstrapCluster(),
 		Components: b.BootstrapComponents(),

@@ -1,4 +1,4 @@
-package autoscaling
+package providers
 
 import (
 	"testing"
@@ -27,8 +27,8 @@ func TestNodeReady(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			if got := nodeReady(&tc.node); got != tc.want {
-				t.Fatalf("nodeReady = %v, want %v", got, tc.want)
+			if got := NodeReady(&tc.node); got != tc.want {
+				t.Fatalf("NodeReady = %v, want %v", got, tc.want)
 			}
 		})
 	}

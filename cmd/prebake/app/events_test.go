@@ -1,4 +1,4 @@
-package autoscaling
+package app
 
 import (
 	"strings"
@@ -7,13 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/prebake-dev/prebake/autoscaling"
 )
 
 func TestKubeEventsWritesAFallbackEvent(t *testing.T) {
 	t.Parallel()
 	client := kubefake.NewClientset()
 	k := NewKubeEvents(client, nil)
-	k.ImageFallback(t.Context(), Fallback{Group: "small", Machine: "small-abc12", Channel: "stable", Reason: FallbackNotFound, Message: "resolve channel stable: not found"})
+	k.ImageFallback(t.Context(), autoscaling.Fallback{Group: "small", Machine: "small-abc12", Channel: "stable", Reason: autoscaling.FallbackNotFound, Message: "resolve channel stable: not found"})
 	evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +25,7 @@ func TestKubeEventsWritesAFallbackEvent(t *testing.T) {
 	}
 	ev := evs.Items[0]
 	if ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != "small-abc12" || ev.Reason != ReasonImageFallback ||
-		ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, `node group "small"`) || !strings.Contains(ev.Message, FallbackNotFound) {
+		ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, `node group "small"`) || !strings.Contains(ev.Message, autoscaling.FallbackNotFound) {
 		t.Errorf("event = %+v", ev)
 	}
 }

@@ -1,10 +1,12 @@
-package autoscaling
+package canary
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
@@ -142,8 +145,10 @@ func TestJoinCanary(t *testing.T) {
 			wantErr: []string{"lacks the taint prebake.dev/canary=g1:NoSchedule"},
 		},
 		{
+			// Cancelled while the cloud creates the machine: Check returns,
+			// and the cleanup waits for the create to delete what it made.
 			name: "cancelled", node: ready(""), cancel: true, created: true,
-			wantErr: []string{"cancelled: context canceled", "Node g1-00001 registered"},
+			wantErr: []string{"cancelled while the machine was being created: context canceled"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,15 +168,15 @@ func TestJoinCanary(t *testing.T) {
 					return node(req, m)
 				}
 			}
-			c := newCoreWith(t, p, func(o *Options) { o.UserData = bootstrapSource(client) },
-				GroupSpec{ID: "g1", Provider: "fake", MaxSize: 3, MachineType: "m1", Zone: "z1",
+			c := newCore(t, p, bootstrapSource(client),
+				autoscaling.GroupSpec{ID: "g1", Provider: "fake", MaxSize: 3, MachineType: "m1", Zone: "z1",
 					Taints: []providers.Taint{{Key: "dedicated", Value: "batch", Effect: "NoSchedule"}}})
 			var progress syncBuffer
 			timeout := tc.timeout
 			if timeout == 0 {
 				timeout = time.Minute // reached only when the test fails
 			}
-			canary, err := NewJoinCanary(c, client, "g1", CanaryOptions{Timeout: timeout, Poll: 5 * time.Millisecond, Progress: &progress})
+			canary, err := New(c, client, "g1", Options{Timeout: timeout, Poll: 5 * time.Millisecond, Progress: &progress})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -245,16 +250,16 @@ func TestJoinCanaryRefusesGroupAtMaxSize(t *testing.T) {
 	client := kubefake.NewClientset()
 	p := fake.New()
 	p.BootsImages = true
-	c := newCore(t, p, GroupSpec{ID: "g1", Provider: "fake", MaxSize: 1, MachineType: "m1"})
+	c := newCore(t, p, nil, autoscaling.GroupSpec{ID: "g1", Provider: "fake", MaxSize: 1, MachineType: "m1"})
 	if err := c.IncreaseSize("g1", 1); err != nil {
 		t.Fatal(err)
 	}
-	canary, err := NewJoinCanary(c, client, "g1", CanaryOptions{Poll: time.Millisecond})
+	canary, err := New(c, client, "g1", Options{Poll: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = canary.Check(t.Context(), canaryImage)
-	if err == nil || !strings.Contains(err.Error(), `node group "g1" is at maxSize 1 (1 machines)`) || !errors.Is(err, ErrFailedPrecondition) {
+	if err == nil || !strings.Contains(err.Error(), `node group "g1" is at maxSize 1 (1 machines)`) || !errors.Is(err, autoscaling.ErrFailedPrecondition) {
 		t.Fatalf("Check on a full group = %v, want the maxSize named", err)
 	}
 	for _, r := range p.CreateRequests() {
@@ -264,11 +269,11 @@ func TestJoinCanaryRefusesGroupAtMaxSize(t *testing.T) {
 	}
 }
 
-func TestNewJoinCanaryErrors(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	t.Parallel()
 	client := kubefake.NewClientset()
 	p := fake.New() // boots no images
-	c := newCore(t, p)
+	c := newCore(t, p, nil)
 	for _, tc := range []struct {
 		name  string
 		group string
@@ -283,18 +288,18 @@ func TestNewJoinCanaryErrors(t *testing.T) {
 			t.Parallel()
 			var err error
 			if tc.nodes == nil {
-				_, err = NewJoinCanary(c, nil, tc.group, CanaryOptions{})
+				_, err = New(c, nil, tc.group, Options{})
 			} else {
-				_, err = NewJoinCanary(c, tc.nodes, tc.group, CanaryOptions{})
+				_, err = New(c, tc.nodes, tc.group, Options{})
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("NewJoinCanary = %v, want %q", err, tc.want)
+				t.Errorf("New = %v, want %q", err, tc.want)
 			}
 		})
 	}
 	p2 := fake.New()
 	p2.BootsImages = true
-	canary, err := NewJoinCanary(newCore(t, p2), client, "g1", CanaryOptions{})
+	canary, err := New(newCore(t, p2, nil), client, "g1", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +316,91 @@ func TestNewJoinCanaryErrors(t *testing.T) {
 	if n := p2.Calls("Create"); n != 0 {
 		t.Errorf("%d creates for an image of another provider", n)
 	}
+}
+
+// newCore starts a core over p with groups (default: g1 of m1 in z1),
+// rendering user-data with source when set; it is shut down when the test
+// ends.
+func newCore(t *testing.T, p providers.Provider, source autoscaling.UserDataSource, groups ...autoscaling.GroupSpec) *autoscaling.Core {
+	t.Helper()
+	if len(groups) == 0 {
+		groups = []autoscaling.GroupSpec{{ID: "g1", Provider: "fake", MaxSize: 10, MachineType: "m1", Zone: "z1"}}
+	}
+	var n atomic.Int64
+	o := autoscaling.Options{
+		Cluster: "test", Groups: groups, Providers: map[string]providers.Provider{p.Name(): p},
+		RefreshInterval: time.Hour,
+		Workers:         autoscaling.WorkerOptions{Parallelism: 4, QPS: 1000, Retries: 2, RetryBase: time.Millisecond},
+		NameRand:        func() string { return fmt.Sprintf("%05d", n.Add(1)) },
+	}
+	if source != nil {
+		o.UserData = source
+	}
+	c, err := autoscaling.New(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	return c
+}
+
+// tokenSource is a user-data source as prebake serve's bootstrap one: a
+// fresh join token per machine, revoked by machine name.
+type tokenSource struct{ tokens bootstrap.Tokens }
+
+func bootstrapSource(client *kubefake.Clientset) *tokenSource {
+	return &tokenSource{tokens: bootstrap.Tokens{Client: client}}
+}
+
+func (s *tokenSource) UserData(ctx context.Context, m autoscaling.Machine) ([]byte, error) {
+	tok, err := s.tokens.CreateForNode(ctx, m.Request.Name)
+	if err != nil {
+		return nil, err
+	}
+	in := bootstrap.Input{
+		Provider: m.Provider, JoinToken: tok.Value(), NodeName: m.Request.Name, ProviderID: m.ProviderID,
+		Cluster:    bootstrap.Cluster{APIServerEndpoint: "10.0.0.1:6443", CACertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}},
+		Components: []bootstrap.Component{{Name: "containerd", Version: "1.6.20~ds1-1+b1"}},
+	}
+	for _, t := range m.Request.NodeTaints {
+		in.Taints = append(in.Taints, bootstrap.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	ud, err := bootstrap.Render(in)
+	if err != nil {
+		return nil, err
+	}
+	return ud.CloudConfig, nil
+}
+
+func (s *tokenSource) RevokeJoinTokens(ctx context.Context, machine string) (int, error) {
+	return s.tokens.DeleteForNode(ctx, machine)
+}
+
+func joinTokens(t *testing.T, client *kubefake.Clientset) int {
+	t.Helper()
+	l, err := client.CoreV1().Secrets(metav1.NamespaceSystem).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Items)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

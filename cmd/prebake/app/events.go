@@ -1,4 +1,4 @@
-package autoscaling
+package app
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/prebake-dev/prebake/autoscaling"
 )
 
 // Event reasons prebake writes. Stable: alerts and dashboards match them.
@@ -35,9 +37,9 @@ func NewKubeEvents(client kubernetes.Interface, log *slog.Logger) *KubeEvents {
 	return &KubeEvents{client: client, log: log, now: time.Now}
 }
 
-// ImageFallback implements EventSink. A failed write is logged, never
+// ImageFallback implements autoscaling.EventSink. A failed write is logged, never
 // retried: the metric already counted the fallback.
-func (k *KubeEvents) ImageFallback(ctx context.Context, f Fallback) {
+func (k *KubeEvents) ImageFallback(ctx context.Context, f autoscaling.Fallback) {
 	now := metav1.NewTime(k.now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{

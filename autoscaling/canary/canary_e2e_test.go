@@ -1,6 +1,6 @@
 //go:build e2e
 
-package autoscaling_test
+package canary_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prebake-dev/prebake/autoscaling"
+	"github.com/prebake-dev/prebake/autoscaling/canary"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/internal/kubetest"
 	"github.com/prebake-dev/prebake/providers"
@@ -22,12 +23,12 @@ import (
 // example catalog's stable image becomes a Node that kwok keeps Ready, the
 // canary passes, and no Lease or Node is left. Run it with:
 //
-//	go test -tags e2e -run JoinCanaryKwok -v ./autoscaling/ -timeout 40m
+//	go test -tags e2e -run JoinCanaryKwok -v ./autoscaling/canary/ -timeout 40m
 func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	_, cs := kubetest.StartTest(ctx, t)
-	cat, _, err := imagecatalog.FileStore{Path: "../examples/kwok-catalog.yaml"}.Load(ctx)
+	cat, _, err := imagecatalog.FileStore{Path: "../../examples/kwok-catalog.yaml"}.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,6 @@ func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 		Cluster:   "e2e",
 		Providers: map[string]providers.Provider{"kwok": p},
 		Groups:    []autoscaling.GroupSpec{{ID: "small", Provider: "kwok", MaxSize: 2, MachineType: "kwok-small", Zone: "z1"}},
-		Nodes:     autoscaling.NewKubeNodes(cs, "e2e"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,11 +60,11 @@ func TestJoinCanaryKwokAgainstAPIServer(t *testing.T) {
 		defer scancel()
 		_ = core.Shutdown(sctx)
 	})
-	canary, err := autoscaling.NewJoinCanary(core, cs, "small", autoscaling.CanaryOptions{Timeout: 2 * time.Minute, Poll: 100 * time.Millisecond, Progress: kubetest.TestLog{T: t}})
+	c, err := canary.New(core, cs, "small", canary.Options{Timeout: 2 * time.Minute, Poll: 100 * time.Millisecond, Progress: kubetest.TestLog{T: t}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := canary.Check(ctx, im); err != nil {
+	if err := c.Check(ctx, im); err != nil {
 		t.Fatalf("canary on %s: %v", im.ID, err)
 	}
 

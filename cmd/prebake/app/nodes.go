@@ -1,4 +1,4 @@
-package autoscaling
+package app
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -29,12 +30,13 @@ type KubeNodes struct {
 	lastErr error
 }
 
-// NewKubeNodes returns a NodeClient and node watcher over client.
+// NewKubeNodes returns an autoscaling.NodeClient and node watcher over
+// client.
 func NewKubeNodes(client kubernetes.Interface, cluster string) *KubeNodes {
 	return &KubeNodes{client: client, cluster: cluster}
 }
 
-// DeleteNode implements NodeClient.
+// DeleteNode implements autoscaling.NodeClient.
 func (k *KubeNodes) DeleteNode(ctx context.Context, name string) error {
 	err := k.client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -48,7 +50,7 @@ func (k *KubeNodes) DeleteNode(ctx context.Context, name string) error {
 // holding up the caller (a server that waits here never hears its SIGTERM).
 // Synced says when the Node list has arrived, and otherwise what the watch
 // waits for. Everything Watch starts stops when ctx ends.
-func (k *KubeNodes) Watch(ctx context.Context, c *Core, log *slog.Logger) error {
+func (k *KubeNodes) Watch(ctx context.Context, c *autoscaling.Core, log *slog.Logger) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(k.client, 10*time.Minute,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = providers.LabelCluster + "=" + k.cluster
@@ -59,7 +61,7 @@ func (k *KubeNodes) Watch(ctx context.Context, c *Core, log *slog.Logger) error 
 		if !ok || n.Spec.ProviderID == "" {
 			return
 		}
-		c.ObserveNode(n.Name, n.Spec.ProviderID, nodeReady(n), c.now())
+		c.ObserveNode(n.Name, n.Spec.ProviderID, providers.NodeReady(n), time.Now())
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    observe,
@@ -158,23 +160,4 @@ func watchHint(err error) string {
 		return "the credentials of the kubeconfig or ServiceAccount are not accepted"
 	}
 	return "check that the API server in the kubeconfig is reachable and its CA matches"
-}
-
-// nodeReady is CA's rule: the Ready condition is True and none of the
-// taints that keep pods off a starting node is left. (The API server adds
-// node.kubernetes.io/not-ready to a new Node whatever its condition says,
-// until the node lifecycle controller lifts it.)
-func nodeReady(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		switch t.Key {
-		case corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable:
-			return false
-		}
-	}
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

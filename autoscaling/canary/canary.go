@@ -1,4 +1,10 @@
-package autoscaling
+// Package canary is prebake's own image canary: an image passes when one
+// machine of a configured node group, booted from it the way a scale-up
+// boots one (autoscaling.Core.Reserve: the group's request, the workers'
+// create and delete path), joined the cluster as a Ready Node that says it
+// is that image. Whatever happens, the machine, its Node and its join
+// tokens are gone when Check returns.
+package canary
 
 import (
 	"context"
@@ -14,25 +20,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
-// Canary defaults.
+// Defaults.
 const (
-	DefaultCanaryTimeout = 10 * time.Minute
-	defaultCanaryPoll    = 2 * time.Second
-	defaultCanaryCleanup = 2 * time.Minute
-	// canaryProgressEvery is how often an unchanged wait is reported again.
-	canaryProgressEvery = 30 * time.Second
+	DefaultTimeout = 10 * time.Minute
+	defaultPoll    = 2 * time.Second
+	defaultCleanup = 2 * time.Minute
+	// progressEvery is how often an unchanged wait is reported again.
+	progressEvery = 30 * time.Second
 )
 
-// CanaryOptions tune a JoinCanary.
-type CanaryOptions struct {
+// Options tune a JoinCanary.
+type Options struct {
 	// Timeout bounds the wait for a Ready Node once the cloud accepted the
 	// machine (the create itself is bounded like a scale-up's: the workers'
-	// call timeout and retries); 0 means DefaultCanaryTimeout.
+	// call timeout and retries); 0 means DefaultTimeout.
 	Timeout time.Duration
 	// Poll is how often the Node is read; 0 means 2s.
 	Poll time.Duration
@@ -47,45 +54,46 @@ type CanaryOptions struct {
 // machine of one configured node group, booted from it the way a scale-up
 // boots one, joined the cluster as a Ready Node that says it is that image.
 //
-// The machine is made by the core itself: the group's CreateRequest
-// (createRequest) with the image under test and one more taint,
-// providers.TaintCanary=<group>:NoSchedule, since the canary deletes its
-// Node without a drain; the workers' create path (user-data rendering with a
-// fresh join token, rate limit, retries, error classes). While it exists the
-// machine counts toward the group, here and in every prebake serve that
-// lists it: a group at maxSize is refused.
+// The machine is a Reservation of the core: the group's request with the
+// image under test and one more taint, providers.TaintCanary=<group>:
+// NoSchedule, since the canary deletes its Node without a drain; made and
+// deleted by the group provider's workers (user-data rendering with a fresh
+// join token, rate limit, retries, error classes), so Shutdown waits for a
+// canary in flight. While it exists the machine counts toward the group,
+// here and in every prebake serve that lists it: a group at maxSize is
+// refused.
 //
 // Whatever happens (pass, failure, timeout, ctx cancelled) Check deletes the
 // machine and its Node and revokes its join tokens before it returns.
 type JoinCanary struct {
-	core  *Core
-	group *group
+	core  *autoscaling.Core
+	group autoscaling.GroupDetail
 	nodes kubernetes.Interface
-	opts  CanaryOptions
+	opts  Options
 }
 
-// NewJoinCanary returns the canary of group on a core built from the serve
-// config (New; Start it before Check). nodes is the cluster the machine
-// joins.
-func NewJoinCanary(c *Core, nodes kubernetes.Interface, group string, o CanaryOptions) (*JoinCanary, error) {
-	g, err := c.group(group)
+// New returns the canary of group on a core built from the serve config
+// (autoscaling.New; Start it before Check). nodes is the cluster the
+// machine joins.
+func New(c *autoscaling.Core, nodes kubernetes.Interface, group string, o Options) (*JoinCanary, error) {
+	g, err := c.Group(group)
 	if err != nil {
 		return nil, fmt.Errorf("canary group: %w", err)
 	}
 	if nodes == nil {
 		return nil, fmt.Errorf("canary group %q: no cluster to watch its Node in: give the kubeconfig of the cluster its machines join (the provider's kubeconfig or bootstrap.kubeconfig, $KUBECONFIG, or in-cluster)", group)
 	}
-	if !g.provider.Capabilities().BootsImages {
-		return nil, fmt.Errorf("canary group %q: provider %q can't boot custom images, so it can't boot the image under test; pick a group of a provider that can", group, g.provider.Name())
+	if !g.Capabilities.BootsImages {
+		return nil, fmt.Errorf("canary group %q: provider %q can't boot custom images, so it can't boot the image under test; pick a group of a provider that can", group, g.Provider)
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultCanaryTimeout
+		o.Timeout = DefaultTimeout
 	}
 	if o.Poll <= 0 {
-		o.Poll = defaultCanaryPoll
+		o.Poll = defaultPoll
 	}
 	if o.CleanupTimeout <= 0 {
-		o.CleanupTimeout = defaultCanaryCleanup
+		o.CleanupTimeout = defaultCleanup
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -94,20 +102,20 @@ func NewJoinCanary(c *Core, nodes kubernetes.Interface, group string, o CanaryOp
 }
 
 func (j *JoinCanary) String() string {
-	return CanaryDescription(j.group.provider.Name(), j.group.spec.ID, j.opts.Timeout)
+	return Description(j.group.Provider, j.group.ID, j.opts.Timeout)
 }
 
-// CanaryDescription is how a JoinCanary of group names itself in progress
-// lines and refresh results.
-func CanaryDescription(provider, group string, timeout time.Duration) string {
+// Description is how a JoinCanary of group names itself in progress lines
+// and refresh results.
+func Description(provider, group string, timeout time.Duration) string {
 	if timeout <= 0 {
-		timeout = DefaultCanaryTimeout
+		timeout = DefaultTimeout
 	}
 	return fmt.Sprintf("join of one %s machine of group %s (timeout %s)", provider, group, timeout)
 }
 
 func (j *JoinCanary) progress(format string, args ...any) {
-	fmt.Fprintf(j.opts.Progress, "canary %s: %s\n", j.group.spec.ID, fmt.Sprintf(format, args...))
+	fmt.Fprintf(j.opts.Progress, "canary %s: %s\n", j.group.ID, fmt.Sprintf(format, args...))
 }
 
 // Check boots one machine of the group from im, waits until its Node is
@@ -116,50 +124,53 @@ func (j *JoinCanary) progress(format string, args ...any) {
 func (j *JoinCanary) Check(ctx context.Context, im imagecatalog.Image) (err error) {
 	g := j.group
 	fail := func(err error) error {
-		return fmt.Errorf("canary on group %q, image %s: %w", g.spec.ID, im.ID, err)
+		return fmt.Errorf("canary on group %q, image %s: %w", g.ID, im.ID, err)
 	}
 	if im.ID == "" {
 		return fail(errors.New("the image has no id"))
 	}
-	if im.Provider != "" && im.Provider != g.provider.Name() {
-		return fail(fmt.Errorf("the image is for provider %q but the group's provider is %q; pick a group of %s", im.Provider, g.provider.Name(), im.Provider))
+	if im.Provider != "" && im.Provider != g.Provider {
+		return fail(fmt.Errorf("the image is for provider %q but the group's provider is %q; pick a group of %s", im.Provider, g.Provider, im.Provider))
 	}
 	if k, kerr := im.Key(); kerr == nil {
-		if err := fitsGroup(k, g.imageQuery().Key); err != nil {
+		if err := fitsGroup(k, g.Image); err != nil {
 			return fail(err)
 		}
 	}
 	// A fresh List, so the maxSize check counts what exists now.
 	j.core.Sync(ctx, true)
-	inst, err := j.core.reserveCanary(g, im.ID)
+	r, err := j.core.Reserve(g.ID, im.ID, providers.Taint{Key: providers.TaintCanary, Value: g.ID, Effect: string(corev1.TaintEffectNoSchedule)})
 	if err != nil {
 		return fail(err)
 	}
-	j.progress("booting machine %s from image %s (tainted %s=%s:NoSchedule)", inst.name, im.ID, providers.TaintCanary, g.spec.ID)
+	machine := r.Machine().Name
+	j.progress("booting machine %s from image %s (tainted %s=%s:NoSchedule)", machine, im.ID, providers.TaintCanary, g.ID)
 	var nodeSeen string // the Node name, once one registered
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), j.opts.CleanupTimeout)
 		defer cancel()
-		if cerr := j.cleanup(cctx, inst, nodeSeen); cerr != nil {
+		if cerr := j.cleanup(cctx, r, nodeSeen); cerr != nil {
 			err = errors.Join(err, fail(fmt.Errorf("cleanup: %w", cerr)))
 		}
 	}()
 
-	start := j.core.now()
-	j.core.workers[g.provider.Name()].create(ctx, inst)
-	if ierr := j.core.createError(inst); ierr != nil {
+	start := time.Now()
+	if cerr := r.Create(ctx); cerr != nil {
+		var ce *autoscaling.CreateError
+		if !errors.As(cerr, &ce) {
+			return fail(fmt.Errorf("cancelled while the machine was being created: %w", cerr))
+		}
 		what := "create failed"
-		if ierr.Class == providers.ErrorOutOfResources {
+		if ce.Class == providers.ErrorOutOfResources {
 			what = "no capacity"
 		}
 		if ctx.Err() != nil {
 			what += " (cancelled)"
 		}
-		return fail(fmt.Errorf("%s (%s): %s", what, ierr.Code, ierr.Message))
+		return fail(fmt.Errorf("%s (%s): %s", what, ce.Code, ce.Message))
 	}
 	wctx, cancel := context.WithTimeout(ctx, j.opts.Timeout)
 	defer cancel()
-	needBootstrap := j.core.rendersBootstrap(g)
 	t := time.NewTicker(j.opts.Poll)
 	defer t.Stop()
 	var (
@@ -167,15 +178,15 @@ func (j *JoinCanary) Check(ctx context.Context, im imagecatalog.Image) (err erro
 		last     string
 	)
 	for {
-		s := j.look(wctx, inst)
-		if s.String() != last || j.core.now().Sub(reported) >= canaryProgressEvery {
-			j.progress("after %s: %s", j.core.now().Sub(start).Round(time.Second), s)
-			reported, last = j.core.now(), s.String()
+		s := j.look(wctx, r)
+		if s.String() != last || time.Since(reported) >= progressEvery {
+			j.progress("after %s: %s", time.Since(start).Round(time.Second), s)
+			reported, last = time.Now(), s.String()
 		}
 		if s.Node != "" {
 			nodeSeen = s.Node
 		}
-		passed, verr := judgeCanary(s, im.ID, g.spec.ID, needBootstrap)
+		passed, verr := judge(s, im.ID, g.ID, g.RendersUserData)
 		if verr != nil {
 			return fail(fmt.Errorf("%w; saw: %s", verr, s))
 		}
@@ -209,49 +220,8 @@ func fitsGroup(k, want imagecatalog.Key) error {
 	return nil
 }
 
-// reserveCanary records the canary machine of g, booting image, as a
-// queued instance: it counts toward the group's target from now on.
-func (c *Core) reserveCanary(g *group, image string) (*instance, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing {
-		return nil, fmt.Errorf("%w: shutting down", ErrUnavailable)
-	}
-	if !c.synced[g.provider.Name()] {
-		return nil, fmt.Errorf("%w: provider %s has not been listed (%v), so the group's size is unknown", ErrUnavailable, g.provider.Name(), c.listErr[g.provider.Name()])
-	}
-	if t := g.targetLocked(); t >= g.spec.MaxSize {
-		return nil, fmt.Errorf("%w: node group %q is at maxSize %d (%d machines) and the canary machine would count toward it; run the canary when the group has room, or raise maxSize",
-			ErrFailedPrecondition, g.spec.ID, g.spec.MaxSize, t)
-	}
-	req := c.createRequest(g, c.freeNameLocked(g), image, providers.ImagePrebaked)
-	req.NodeTaints = append(slices.Clone(req.NodeTaints), providers.Taint{Key: providers.TaintCanary, Value: g.spec.ID, Effect: string(corev1.TaintEffectNoSchedule)})
-	return c.addInstanceLocked(g, req, c.now()), nil
-}
-
-// createError is the instance's creation error, nil once the cloud has it.
-func (c *Core) createError(inst *instance) *providers.InstanceError {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if inst.phase == phaseFailed && inst.err != nil {
-		e := *inst.err
-		return &e
-	}
-	if inst.phase != phaseAccepted {
-		return &providers.InstanceError{Class: providers.ErrorOther, Code: "not_created", Message: fmt.Sprintf("the machine was not created (phase %d)", inst.phase)}
-	}
-	return nil
-}
-
-// rendersBootstrap reports whether g's machines boot with bootstrap's
-// user-data, whose node script annotates the Node with what it did.
-func (c *Core) rendersBootstrap(g *group) bool {
-	_, ok := c.opts.UserData.(*BootstrapUserData)
-	return ok && len(g.spec.UserData) == 0 && g.provider.Capabilities().UserData != providers.UserDataNone
-}
-
-// canarySight is what the canary saw of its machine and Node at one moment.
-type canarySight struct {
+// sight is what the canary saw of its machine and Node at one moment.
+type sight struct {
 	Machine string // the machine's name
 	// State is the machine's state as the core last listed it, or "gone".
 	State      string
@@ -269,7 +239,7 @@ type canarySight struct {
 	ready     bool
 }
 
-func (s canarySight) String() string {
+func (s sight) String() string {
 	if s.Machine == "" {
 		return ""
 	}
@@ -295,9 +265,10 @@ func (s canarySight) String() string {
 	return b.String()
 }
 
-// judgeCanary decides on one sight: passed, failed for good (err), or
-// neither (wait).
-func judgeCanary(s canarySight, image, group string, needBootstrap bool) (passed bool, err error) {
+// judge decides on one sight: passed, failed for good (err), or neither
+// (wait). needReport: the machine's user-data is bootstrap's, whose node
+// script annotates its Node with what it did.
+func judge(s sight, image, group string, needReport bool) (passed bool, err error) {
 	switch {
 	case s.State == "gone":
 		return false, errors.New("the machine vanished from the cloud")
@@ -325,7 +296,7 @@ func judgeCanary(s canarySight, image, group string, needBootstrap bool) (passed
 	if !s.ready {
 		return false, nil
 	}
-	if needBootstrap && s.Bootstrap == "" {
+	if needReport && s.Bootstrap == "" {
 		return false, nil // the script annotates shortly after the join
 	}
 	return true, nil
@@ -333,18 +304,16 @@ func judgeCanary(s canarySight, image, group string, needBootstrap bool) (passed
 
 // look reads the machine's state from the core and its Node from the
 // cluster.
-func (j *JoinCanary) look(ctx context.Context, inst *instance) canarySight {
-	c := j.core
-	c.mu.RLock()
-	s := canarySight{Machine: inst.name, State: inst.state.String()}
-	if inst.gone {
+func (j *JoinCanary) look(ctx context.Context, r *autoscaling.Reservation) sight {
+	m := r.Machine()
+	s := sight{Machine: m.Name, State: m.State.String()}
+	if m.Gone {
 		s.State = "gone"
 	}
-	if inst.err != nil {
-		s.MachineErr = inst.err.Code + ": " + inst.err.Message
+	if m.Error != nil {
+		s.MachineErr = m.Error.Code + ": " + m.Error.Message
 	}
-	pid, name := inst.providerID, inst.name
-	c.mu.RUnlock()
+	pid, name := m.ProviderID, m.Name
 	n, err := j.findNode(ctx, pid, name)
 	if err != nil {
 		s.Ready = "unknown (" + err.Error() + ")"
@@ -367,19 +336,19 @@ func (j *JoinCanary) look(ctx context.Context, inst *instance) canarySight {
 		case corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable, corev1.TaintNodeNetworkUnavailable:
 			s.Blocking = append(s.Blocking, t.Key)
 		case providers.TaintCanary:
-			s.Tainted = t.Value == j.group.spec.ID && t.Effect == corev1.TaintEffectNoSchedule
+			s.Tainted = t.Value == j.group.ID && t.Effect == corev1.TaintEffectNoSchedule
 		}
 	}
 	s.Image, s.ImageKind = n.Labels[providers.LabelImage], n.Labels[providers.LabelImageKind]
 	s.Bootstrap = n.Annotations[bootstrap.NodeAnnotation]
-	s.ready = nodeReady(n)
+	s.ready = providers.NodeReady(n)
 	return s
 }
 
 // findNode returns the group's Node with this providerID (or, before the
 // kubelet set one, this name), nil when none registered yet.
 func (j *JoinCanary) findNode(ctx context.Context, providerID, name string) (*corev1.Node, error) {
-	sel := providers.LabelCluster + "=" + j.core.opts.Cluster + "," + providers.LabelGroup + "=" + j.group.spec.ID
+	sel := providers.LabelCluster + "=" + j.core.Cluster() + "," + providers.LabelGroup + "=" + j.group.ID
 	list, err := j.nodes.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("list the group's Nodes: %w", err)
@@ -395,53 +364,17 @@ func (j *JoinCanary) findNode(ctx context.Context, providerID, name string) (*co
 
 // cleanup deletes the canary's machine and Node and revokes its join
 // tokens; each step runs even when another failed.
-func (j *JoinCanary) cleanup(ctx context.Context, inst *instance, nodeName string) error {
-	c, g := j.core, j.group
+func (j *JoinCanary) cleanup(ctx context.Context, r *autoscaling.Reservation, nodeName string) error {
 	var errs []error
-	c.mu.Lock()
-	pid, placeholder := inst.providerID, inst.placeholder
-	if !inst.gone {
-		inst.phase = phaseDeleting
+	machine := r.Machine().Name
+	revoked, err := r.Release(ctx)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	c.mu.Unlock()
-	if placeholder {
-		// The cloud never answered with an id; it may have made the machine
-		// anyway. Machine names are unique: find it by its name.
-		pid = ""
-		listed, err := g.provider.List(ctx)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s to find machine %s: %w", g.provider.Name(), inst.name, err))
-		}
-		for _, li := range listed {
-			if li.Name == inst.name {
-				pid = li.ProviderID
-			}
-		}
-	}
-	deleted := pid == "" && len(errs) == 0
-	if pid != "" {
-		w := c.workers[g.provider.Name()]
-		_, err := w.call(ctx, func(ctx context.Context) error { return g.provider.Delete(ctx, pid) })
-		if err != nil && !errors.Is(err, providers.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("delete machine %s (%s): %w", inst.name, pid, err))
-		} else {
-			deleted = true
-		}
-	}
-	c.mu.Lock()
-	if deleted {
-		if !inst.gone {
-			c.forgetLocked(inst)
-		}
-		delete(c.nodeNames, pid)
-	} else {
-		inst.deleteFailed = true // the next Sync retries it
-	}
-	c.mu.Unlock()
 	// The Node after the machine, so no kubelet registers it again: the one
 	// seen, and one that registered since the last look.
 	names := []string{nodeName}
-	if n, err := j.findNode(ctx, pid, inst.name); err != nil {
+	if n, err := j.findNode(ctx, r.Machine().ProviderID, machine); err != nil {
 		errs = append(errs, err)
 	} else if n != nil {
 		names = append(names, n.Name)
@@ -455,18 +388,10 @@ func (j *JoinCanary) cleanup(ctx context.Context, inst *instance, nodeName strin
 			errs = append(errs, fmt.Errorf("delete Node %s: %w", name, err))
 		}
 	}
-	revoked := 0
-	if r, ok := c.opts.UserData.(JoinTokenRevoker); ok {
-		n, err := r.RevokeJoinTokens(ctx, inst.name)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		revoked = n
-	}
 	if err := errors.Join(errs...); err != nil {
-		j.progress("cleanup of %s incomplete: %v", inst.name, err)
+		j.progress("cleanup of %s incomplete: %v", machine, err)
 		return err
 	}
-	j.progress("cleaned up: machine %s and its Node deleted, %d join token(s) revoked", inst.name, revoked)
+	j.progress("cleaned up: machine %s and its Node deleted, %d join token(s) revoked", machine, revoked)
 	return nil
 }
