@@ -67,6 +67,9 @@ type Options struct {
 	Build BuildOptions
 	// Kind configures the kind backend; Dir, Out and Kwok are filled in by NewBackend.
 	Kind KindOptions
+	// Scheduler tunes the hermetic backend's kube-scheduler; the kind backend refuses
+	// anything but the zero value.
+	Scheduler SchedulerOptions
 }
 
 // NewBackend returns a stopped backend by name ("" means BackendName()). For "hermetic" it
@@ -89,8 +92,11 @@ func NewBackend(ctx context.Context, name string, opts Options) (Backend, error)
 		if err != nil {
 			return nil, err
 		}
-		return NewHermetic(HermeticOptions{Binaries: bins, Dir: opts.Dir, Out: opts.Out})
+		return NewHermetic(HermeticOptions{Binaries: bins, Dir: opts.Dir, Out: opts.Out, Scheduler: opts.Scheduler})
 	case BackendKind:
+		if opts.Scheduler != (SchedulerOptions{}) {
+			return nil, errors.New("cluster.NewBackend: Options.Scheduler is only for the hermetic backend; kind runs its own kube-scheduler (leave Options.Scheduler empty, or unset " + EnvBackend + ")")
+		}
 		ko := opts.Kind
 		ko.Dir, ko.Out = opts.Dir, opts.Out
 		k, err := NewKind(ko)

@@ -69,6 +69,8 @@ type HermeticOptions struct {
 	// Join, when set, makes the cluster one that real nodes join with kubeadm (join.go).
 	// It needs the full control plane (not APIServerOnly).
 	Join *JoinOptions
+	// Scheduler tunes kube-scheduler (verbosity, backoff); the zero value keeps its defaults.
+	Scheduler SchedulerOptions
 }
 
 // Hermetic is a control plane of local processes (etcd, kube-apiserver,
@@ -297,15 +299,11 @@ func (h *Hermetic) startLocked(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	scheduler, err := start(compScheduler, bins.KubeScheduler, env,
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(pt.scheduler),
-		"--cert-dir="+filepath.Join(dirs["run"], "scheduler-certs"),
-	)
+	schedArgs, err := h.opts.Scheduler.schedulerArgs(kubeconfig, dirs["run"], pt.scheduler)
+	if err != nil {
+		return err
+	}
+	scheduler, err := start(compScheduler, bins.KubeScheduler, env, schedArgs...)
 	if err != nil {
 		return err
 	}
