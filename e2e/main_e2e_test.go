@@ -102,6 +102,12 @@ func setupSuite(ctx context.Context, dir string, progress func(string, ...any)) 
 		return err
 	}
 	suite.backend = b
+	// The Node CA would run on. Without any Node, kube-scheduler retries a pending pod
+	// only when its backoff runs out, up to 11 s after the first Node turns Ready
+	// (docs/performance.md, "Node Ready → pod Running").
+	if err := kubetest.AddSystemNode(ctx, b); err != nil {
+		return err
+	}
 	if suite.rest, err = b.RESTConfig(); err != nil {
 		return err
 	}

@@ -131,9 +131,10 @@ func isUnschedulable(p *corev1.Pod) bool {
 
 // isReady is CA's readiness of a node (its GetReadinessState): Ready=True, and without the
 // not-ready, network-unavailable or unreachable taint. The API server's TaintNodesByCondition admission puts the not-ready
-// taint on every new Node, and the node lifecycle controller lifts it only on its next pass
-// (--node-monitor-period, 5 s by default), so until then the scheduler won't use the node
-// even though its Ready condition is True.
+// taint on every new Node, and the node lifecycle controller lifts it when it handles the
+// Node's add or update event with Ready=True (tens to hundreds of milliseconds on the
+// hermetic cluster); until then the scheduler won't use the node even though its Ready
+// condition is True.
 func isReady(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		switch t.Key {
