@@ -1,9 +1,9 @@
 // Command bench measures the externalgrpc server over a core holding a
 // realistic fleet (100 groups, 5,000 running instances on the in-memory
 // fake cloud), both in-process and over loopback gRPC, and prints a
-// markdown table with the latency targets the protocol needs (spec §7.2:
-// CA issues thousands of reads per loop; §10.4: IncreaseSize must return
-// long before grpc_timeout however slow the cloud is).
+// markdown table with the latency targets the protocol needs (CA issues
+// thousands of reads per loop; IncreaseSize must return long before
+// grpc_timeout however slow the cloud is).
 //
 //	go run ./bench [-n 20000] [-parallel 1]
 //

@@ -353,7 +353,7 @@ func FuzzBuilder(f *testing.F) {
 }
 
 // TestBuilderCloudInitSchema validates the builder's user-data with Debian's cloud-init, as
-// TestCloudInitSchema does a node's. It is a system test (DESIGN.md §4).
+// TestCloudInitSchema does a node's. It is a system test (docs/e2e.md, "Prerequisites").
 func TestBuilderCloudInitSchema(t *testing.T) {
 	t.Parallel()
 	ci := requireCommand(t, "cloud-init", "apt-get install cloud-init")

@@ -1,7 +1,7 @@
 // Package bootstrap renders a node's cloud-init user-data and manages the kubeadm join
 // tokens it carries. One renderer serves every provider (kwok, hcloud, gce, static) and both
 // boot paths: on a prebaked image the script finds everything installed and goes straight to
-// join; on a vanilla image it installs what is missing first (DESIGN.md §3.4).
+// join; on a vanilla image it installs what is missing first (docs/bootstrap.md).
 //
 // API:
 //   - Render(Input) (UserData, error): UserData.CloudConfig is "#cloud-config" whose

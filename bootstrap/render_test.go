@@ -191,7 +191,7 @@ func shN(t testing.TB, script []byte) {
 }
 
 // TestCloudInitSchema validates the user-data of every provider with Debian's cloud-init.
-// It is a system test (DESIGN.md §4).
+// It is a system test (docs/e2e.md, "Prerequisites").
 func TestCloudInitSchema(t *testing.T) {
 	t.Parallel()
 	ci := requireCommand(t, "cloud-init", "apt-get install cloud-init")
@@ -233,7 +233,7 @@ func TestCloudInitSchemaRejects(t *testing.T) {
 }
 
 // requireCommand returns the command's path, or skips with one line; under CI=true a
-// missing prerequisite fails instead (DESIGN.md §4).
+// missing prerequisite fails instead (docs/e2e.md, "Prerequisites").
 func requireCommand(t testing.TB, name, install string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)

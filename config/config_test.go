@@ -666,7 +666,7 @@ func TestLoad(t *testing.T) {
 }
 
 // TestExamples keeps every example valid; examples/kwok.yaml is also held to
-// DESIGN §3.1.1.
+// the kwok provider config, docs/configuration.md.
 func TestExamples(t *testing.T) {
 	t.Parallel()
 	paths, err := filepath.Glob("../examples/*.yaml")

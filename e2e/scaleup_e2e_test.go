@@ -110,7 +110,7 @@ func (e *env) scaleFromZero(group string) error {
 		return fmt.Errorf("NodeGroupNodes(%s) lists %d instances, want 1: %v", group, len(insts), insts)
 	}
 	id := insts[0].GetId()
-	// CA matches instances to Nodes by this string equality only (spec §5).
+	// CA matches instances to Nodes by this string equality only.
 	if node.Spec.ProviderID != id {
 		return fmt.Errorf("the pod runs on node %s whose spec.providerID is %q, but NodeGroupNodes lists its instance as %q: "+
 			"CA would count the instance as never registered and delete it after max-node-provision-time", node.Name, node.Spec.ProviderID, id)

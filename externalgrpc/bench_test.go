@@ -16,7 +16,7 @@ import (
 	"github.com/prebake-dev/prebake/providers/fake"
 )
 
-// The fleet the benchmarks read: spec §7.2 sizes, 100 groups of 50 running
+// The fleet the benchmarks read: the sizes CA meets in large clusters, 100 groups of 50 running
 // instances. `go run ./bench` measures the same reads with percentiles.
 const benchGroups, benchPerGroup = 100, 50
 
@@ -56,7 +56,7 @@ func newBenchFleet(b *testing.B) (*rig, []*protos.ExternalGrpcNode, []string) {
 	return r, nodes, ids
 }
 
-// BenchmarkReads measures the RPCs CA issues most (spec §7.2) against a
+// BenchmarkReads measures the RPCs CA issues most (every loop) against a
 // 5,000-instance fleet, calling the server in-process and over loopback
 // gRPC:
 //

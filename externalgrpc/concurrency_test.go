@@ -17,7 +17,7 @@ import (
 	"github.com/prebake-dev/prebake/providers/fake"
 )
 
-// §7.4, §10.10: RPCs arrive concurrently (main loop, background cache
+// RPCs arrive concurrently (main loop, background cache
 // refresh, parallel fills, async deletions). Many goroutines issue every
 // RPC over one connection, as CA does; run it with -race. Only the codes
 // the protocol allows may come back, and afterwards target, instance list
@@ -169,7 +169,7 @@ func TestConformanceConcurrentRPCs(t *testing.T) {
 		}
 	}
 	if n := len(protos.CloudProvider_ServiceDesc.Methods); n != 15 {
-		t.Errorf("the service has %d methods, the spec 15", n)
+		t.Errorf("the service has %d methods, CA's proto 15", n)
 	}
 
 	// Quiesce, then everything must agree.

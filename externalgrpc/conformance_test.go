@@ -1,7 +1,7 @@
 package externalgrpc_test
 
 // Conformance of the plugin to cluster-autoscaler's externalgrpc protocol
-// (spec/externalgrpc.md, §6, §7 and the §10 checklist). Every test drives
+// (kubernetes/autoscaler cluster-autoscaler/cloudprovider/externalgrpc, read at cluster-autoscaler-1.36.1; docs/operations.md). Every test drives
 // the real autoscaling.Core over the in-memory fake cloud through the real
 // gRPC stack on loopback, with the generated client and CA's 5s deadline:
 // what CA would see, not what the Go methods return.
@@ -122,7 +122,7 @@ func diffProto(t *testing.T, what string, want, got any, opts ...cmp.Option) {
 	}
 }
 
-// §10.2: stable ids, and NodeGroups and NodeGroupForNode agree on min/max.
+// stable ids, and NodeGroups and NodeGroupForNode agree on min/max.
 func TestConformanceNodeGroups(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, fake.New(), rigOptions{})
@@ -163,7 +163,7 @@ func TestConformanceNodeGroups(t *testing.T) {
 	}
 }
 
-// §6.2, §10.6: a node is found by providerID, as a fake node (name =
+// a node is found by providerID, as a fake node (name =
 // providerID), by name before its providerID is set, and by our labels; a
 // node that isn't ours is an empty id, never an error.
 func TestConformanceNodeGroupForNode(t *testing.T) {
@@ -209,7 +209,7 @@ func TestConformanceNodeGroupForNode(t *testing.T) {
 	})
 }
 
-// §6.3-6.5, §10.3-10.4: IncreaseSize returns at once; TargetSize and
+// IncreaseSize returns at once; TargetSize and
 // NodeGroupNodes reflect it immediately, with the providerID each Node will
 // register with, before the cloud has created anything.
 func TestConformanceIncreaseSize(t *testing.T) {
@@ -290,7 +290,7 @@ func TestConformanceIncreaseSize(t *testing.T) {
 	}
 }
 
-// §10.3: when the cloud assigns ids (hcloud), CA sees a placeholder until
+// when the cloud assigns ids (hcloud), CA sees a placeholder until
 // Create returns, then the real id, which NodeGroupForNode resolves.
 func TestConformanceAssignedIDReplacesPlaceholder(t *testing.T) {
 	t.Parallel()
@@ -320,7 +320,7 @@ func TestConformanceAssignedIDReplacesPlaceholder(t *testing.T) {
 	}
 }
 
-// §7.3, §10.7: a failed creation stays listed as instanceCreating with an
+// a failed creation stays listed as instanceCreating with an
 // errorInfo (class 1 for capacity, so CA fails over to another group) until
 // CA deletes it as a fake node.
 func TestConformanceCreationErrors(t *testing.T) {
@@ -389,7 +389,7 @@ func TestConformanceCreationErrors(t *testing.T) {
 	}
 }
 
-// §6.6, §10.6: DeleteNodes deletes exactly the named nodes (real or fake),
+// DeleteNodes deletes exactly the named nodes (real or fake),
 // lowers the target at once, and refuses, deleting nothing, what isn't
 // possible.
 func TestConformanceDeleteNodes(t *testing.T) {
@@ -470,7 +470,7 @@ func TestConformanceDeleteNodes(t *testing.T) {
 	}, instances(t, r, "g2"))
 }
 
-// §6.7, §10.5: DecreaseTargetSize only cancels instances that have not come
+// DecreaseTargetSize only cancels instances that have not come
 // up; running ones are never touched.
 func TestConformanceDecreaseTargetSize(t *testing.T) {
 	t.Parallel()
@@ -576,7 +576,7 @@ func legacyAndNodeBytes(t *testing.T, resp *protos.NodeGroupTemplateNodeInfoResp
 	return field1, field2
 }
 
-// §6.9, §10.8: TemplateNodeInfo is a core/v1 Node in nodeBytes (and the
+// TemplateNodeInfo is a core/v1 Node in nodeBytes (and the
 // same bytes in legacy field 1 for CA <= 1.34.1) with capacity, allocatable,
 // labels, taints and Ready, so CA can scale from zero.
 func TestConformanceTemplateNodeInfo(t *testing.T) {
@@ -663,7 +663,7 @@ func TestConformanceTemplateNodeInfo(t *testing.T) {
 	})
 }
 
-// §6.11-6.12: the GPU label is the configured one; GPU types are the keys
+// the GPU label is the configured one; GPU types are the keys
 // of the map, empty (not an error) without GPU groups.
 func TestConformanceGPU(t *testing.T) {
 	t.Parallel()
@@ -702,7 +702,7 @@ func TestConformanceGPU(t *testing.T) {
 	}
 }
 
-// §6.13, §10.10: Cleanup is CA going away; every node outlives it.
+// Cleanup is CA going away; every node outlives it.
 func TestConformanceCleanupDeletesNothing(t *testing.T) {
 	t.Parallel()
 	cloud := fake.New()
@@ -735,7 +735,7 @@ func TestConformanceCleanupDeletesNothing(t *testing.T) {
 	}
 }
 
-// §7.2, §8, §10.10: Refresh answers from the snapshot within the TTL and
+// Refresh answers from the snapshot within the TTL and
 // fails (Unavailable) only while the cloud has never been listed, so CA
 // never acts on an empty picture.
 func TestConformanceRefresh(t *testing.T) {

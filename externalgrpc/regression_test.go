@@ -17,7 +17,7 @@ import (
 	"github.com/prebake-dev/prebake/providers/fake"
 )
 
-// §10.5: DecreaseTargetSize must never delete a registered node. The node
+// DecreaseTargetSize must never delete a registered node. The node
 // watcher marks a registered instance running (Core.ObserveNode), but the
 // next List overwrites the state with the cloud's (Core.reconcile), so a
 // node that registered before the cloud says "running" is pending again and
@@ -81,7 +81,7 @@ func (b blockingList) List(ctx context.Context) ([]providers.Instance, error) {
 	return b.Provider.List(ctx)
 }
 
-// §10.10 / §8: Refresh must be answered from the snapshot: a failed
+// Refresh must be answered from the snapshot: a failed
 // Refresh aborts CA's whole loop. With every List after the first hanging
 // and a TTL of 1ns, each Refresh must still answer OK within CA's deadline.
 func TestRefreshNeverWaitsForTheCloud(t *testing.T) {

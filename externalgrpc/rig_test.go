@@ -20,7 +20,7 @@ import (
 	"github.com/prebake-dev/prebake/providers/fake"
 )
 
-// rpcTimeout is CA's default grpc_timeout (spec §4): every call carries it
+// rpcTimeout is CA's default grpc_timeout (CA's cloud-config default, kubernetes/autoscaler cluster-autoscaler/cloudprovider/externalgrpc/externalgrpc_cloud_provider.go): every call carries it
 // as its deadline, as CA's client does.
 const rpcTimeout = 5 * time.Second
 
@@ -166,7 +166,7 @@ func (r *rig) drain(t testing.TB) {
 // sync re-lists the cloud now, as a Refresh after the TTL would.
 func (r *rig) sync() { r.core.Sync(context.Background(), true) }
 
-// call makes one RPC with CA's deadline (spec §4: grpc_timeout applies to
+// call makes one RPC with CA's deadline (grpc_timeout applies to
 // every call).
 func call[Req, Resp any](fn func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)

@@ -3,7 +3,7 @@
 // several refresh intervals. It prints markdown tables.
 //
 // The fleet is 1,000 instances in 20 groups spread over 4 zones on the fake
-// API (providers/gce/gcefake). CA's loop (spec externalgrpc §7.2) runs every
+// API (providers/gce/gcefake). CA's loop runs every
 // 10 s of simulated time: Refresh, NodeGroups, TargetSize 3× per group,
 // NodeGroupForNode per node, NodeGroupNodes and TemplateNodeInfo where CA
 // asks; every 5 minutes one group scales up by 5 and, a minute later, back

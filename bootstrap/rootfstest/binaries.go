@@ -9,11 +9,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/internal/kubetest"
+	"github.com/prebake-dev/prebake/internal/tb"
 )
 
 // nodeBinaries is built once per test binary: BuildNodeBinaries reuses its on-disk cache,
@@ -29,7 +29,7 @@ var nodeBinaries struct {
 // kubetest.KubernetesVersion and the CNI plugins at kubetest.CNIPluginsVersion, serves them
 // from 127.0.0.1, and returns them as binary components: kubelet and kubeadm at /usr/bin,
 // each plugin as cni-<name> at /opt/cni/bin/<name>, each with its sha256.
-func NodeBinaryComponents(t testing.TB) []bootstrap.Component {
+func NodeBinaryComponents(t tb.TB) []bootstrap.Component {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		MissingPrereq(t, "the go command is not on PATH (needed to build kubelet and kubeadm)")
@@ -61,7 +61,7 @@ func NodeBinaryComponents(t testing.TB) []bootstrap.Component {
 // Serve serves each binary component's URL, which holds a local file path on the way in,
 // from a loopback HTTP server at /<name>, and returns the components with their URLs
 // pointing there. The server stops when the test ends.
-func Serve(t testing.TB, comps []bootstrap.Component) []bootstrap.Component {
+func Serve(t tb.TB, comps []bootstrap.Component) []bootstrap.Component {
 	t.Helper()
 	files := map[string]string{} // URL path → local file
 	out := slices.Clone(comps)
@@ -87,7 +87,7 @@ func Serve(t testing.TB, comps []bootstrap.Component) []bootstrap.Component {
 	return out
 }
 
-type testWriter struct{ t testing.TB }
+type testWriter struct{ t tb.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

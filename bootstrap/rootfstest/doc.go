@@ -10,7 +10,7 @@
 //
 // Invariants:
 //   - A missing prerequisite (not root, no debootstrap, chroot, unshare, tar, flock, go)
-//     skips the test with one line, and fails it under CI=true (DESIGN.md §4).
+//     skips the test with one line, and fails it under CI=true (docs/e2e.md, "Prerequisites").
 //   - Chroot commands run in a private mount namespace (unshare --mount): /proc, /dev and
 //     /run are mounted only there, so nothing stays mounted on the host, even when the test
 //     is killed.

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
+
+	"github.com/prebake-dev/prebake/internal/tb"
 )
 
 // The Debian root filesystem the system tests install into: debootstrap's minbase plus what
@@ -40,7 +41,7 @@ func Mirror() string {
 
 // RequireRoot checks what every chroot test needs: root, debootstrap, chroot, unshare, tar,
 // flock.
-func RequireRoot(t testing.TB) {
+func RequireRoot(t tb.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		MissingPrereq(t, "not root (debootstrap, chroot and mounts need root)")
@@ -57,7 +58,7 @@ func RequireRoot(t testing.TB) {
 
 // MissingPrereq skips the test with one line saying what is missing, or fails it under
 // CI=true, where a skipped system test would hide a broken runner.
-func MissingPrereq(t testing.TB, what string) {
+func MissingPrereq(t tb.TB, what string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("system test prerequisite missing under CI=true: %s", what)
@@ -68,7 +69,7 @@ func MissingPrereq(t testing.TB, what string) {
 // Cached returns the cached tarball, making it first when it is missing or stale. A flock
 // on a file beside it makes parallel tests and parallel `go test` runs wait for one
 // debootstrap instead of racing.
-func Cached(t testing.TB) string {
+func Cached(t tb.TB) string {
 	t.Helper()
 	base, err := os.UserCacheDir()
 	if err != nil {
@@ -120,7 +121,7 @@ func Cached(t testing.TB) string {
 
 // Fresh checks the prerequisites and extracts a private copy of the cached root filesystem
 // into the test's temporary directory, with the host's resolv.conf so apt reaches the mirror.
-func Fresh(t testing.TB) string {
+func Fresh(t tb.TB) string {
 	t.Helper()
 	RequireRoot(t)
 	tarball := Cached(t)
@@ -153,7 +154,7 @@ exec chroot "$root" "$@"`
 }
 
 // Chroot runs argv in root and returns its combined output; a failure fails the test.
-func Chroot(t testing.TB, root string, argv ...string) string {
+func Chroot(t tb.TB, root string, argv ...string) string {
 	t.Helper()
 	out, err := Cmd(root, nil, argv...).CombinedOutput()
 	if err != nil {
@@ -163,7 +164,7 @@ func Chroot(t testing.TB, root string, argv ...string) string {
 }
 
 // Run runs a host command; a failure fails the test with the output's tail.
-func Run(t testing.TB, name string, args ...string) {
+func Run(t tb.TB, name string, args ...string) {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -181,7 +182,7 @@ func Tail(b []byte) string {
 }
 
 // WriteFile writes content at path with exactly mode (umask ignored), making parents.
-func WriteFile(t testing.TB, path, content string, mode os.FileMode) {
+func WriteFile(t tb.TB, path, content string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func WriteFile(t testing.TB, path, content string, mode os.FileMode) {
 }
 
 // FileSHA256 is the hex sha256 of the file at path.
-func FileSHA256(t testing.TB, path string) string {
+func FileSHA256(t tb.TB, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -210,7 +211,7 @@ func FileSHA256(t testing.TB, path string) string {
 }
 
 // CandidateVersions asks apt inside root which version of each package it would install.
-func CandidateVersions(t testing.TB, root string, pkgs []string) map[string]string {
+func CandidateVersions(t tb.TB, root string, pkgs []string) map[string]string {
 	t.Helper()
 	out := Chroot(t, root, append([]string{"apt-cache", "show", "--no-all-versions"}, pkgs...)...)
 	got := map[string]string{}

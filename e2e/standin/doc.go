@@ -1,6 +1,6 @@
 // Package standin is a stand-in for the Kubernetes cluster-autoscaler (CA), used by prebake's
 // e2e tests and `make demo`. It is not CA and does not pretend to be: it drives
-// `prebake serve` over real gRPC the way CA 1.36 does (spec externalgrpc.md §7.2, §7.3),
+// `prebake serve` over real gRPC the way CA 1.36 does (its RunOnce loop: Refresh, NodeGroups, per-group reads, then scale-up; kubernetes/autoscaler cluster-autoscaler/core/static_autoscaler.go),
 // against a real API server and scheduler, and records when each step of a scale-up
 // happened so the tests can time it.
 //
@@ -21,6 +21,6 @@
 //   - scale-down happens only when a caller asks (DeleteNodes); no utilisation logic.
 //
 // Invariants: a node counts as registered only when its spec.providerID equals, byte for
-// byte, an instance id from NodeGroupNodes (CA's own rule, spec §5); timestamps are taken
+// byte, an instance id from NodeGroupNodes (CA's own rule: it matches by string equality, cluster-autoscaler/utils/kubernetes); timestamps are taken
 // when this process observed the event (informer callbacks, RPC returns), on one clock.
 package standin

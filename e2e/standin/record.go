@@ -44,7 +44,7 @@ type Instance struct {
 	PodRunning time.Time
 }
 
-// CreateError is an errorInfo of an instance in state creating (spec §7.3).
+// CreateError is an errorInfo of an instance in state creating (CA backs the group off and deletes them as fake nodes: cluster-autoscaler/clusterstate).
 type CreateError struct {
 	Class   int32 // 1 = OutOfResources, 99 = Other
 	Code    string

@@ -311,7 +311,7 @@ func (s *StandIn) Loop(ctx context.Context) (res LoopResult, err error) {
 	}
 	s.emit(evs...)
 
-	// §7.3: back the group off and delete the failed instances as fake nodes, every loop
+	// back the group off and delete the failed instances as fake nodes, every loop
 	// until they are gone. They leave this loop's picture at once.
 	for _, v := range views {
 		if len(v.failed) == 0 {

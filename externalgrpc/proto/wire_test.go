@@ -13,7 +13,7 @@ import (
 )
 
 // The tests here check our generated code against the field numbers and wire
-// types written in the protocol spec (spec/externalgrpc.md §1-3), using only
+// types written in the protocol spec (kubernetes/autoscaler cluster-autoscaler/cloudprovider/externalgrpc/protos/externalgrpc.proto), using only
 // protowire for the spec side: a wrong number or type in externalgrpc.proto
 // makes them fail whatever the generated code says.
 

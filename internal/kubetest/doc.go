@@ -11,8 +11,8 @@
 //
 // PREBAKE_E2E_BACKEND picks one ("hermetic" or "kind"); see NewBackend. Nodes added with
 // AddNode carry the kwok.x-k8s.io/node=fake annotation, so kwok marks them Ready and runs
-// their pods; nothing else in the cluster is fake. The design spec "hermetic-control-plane"
-// (DESIGN.md §6) has the measurements and pitfalls behind the flags used here.
+// their pods; nothing else in the cluster is fake. docs/e2e.md has the measurements and
+// pitfalls behind the flags used here.
 //
 // Invariants of the hermetic backend:
 //   - Everything listens on 127.0.0.1, on ports picked free at each Start, so clusters in

@@ -3,13 +3,14 @@ package kubetest
 import (
 	"context"
 	"path/filepath"
-	"testing"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/prebake-dev/prebake/internal/tb"
 )
 
 // TestLog is an io.Writer that logs each write to t: the components' progress in a test.
-type TestLog struct{ T testing.TB }
+type TestLog struct{ T tb.TB }
 
 func (l TestLog) Write(p []byte) (int, error) {
 	l.T.Helper()
@@ -20,7 +21,7 @@ func (l TestLog) Write(p []byte) (int, error) {
 // StartTest starts the default backend for t (skipping t when it is unavailable, failing it
 // under CI=true), stops it when t ends, printing the components' log tails when t failed,
 // and returns it with an admin clientset.
-func StartTest(ctx context.Context, t *testing.T) (Backend, kubernetes.Interface) {
+func StartTest(ctx context.Context, t tb.TB) (Backend, kubernetes.Interface) {
 	t.Helper()
 	b, err := NewBackend(ctx, "", Options{Dir: filepath.Join(t.TempDir(), "cluster"), Out: TestLog{t}})
 	SkipIfUnavailable(t, err)

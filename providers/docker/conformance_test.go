@@ -36,7 +36,7 @@ func TestConformance(t *testing.T) {
 		return p
 	}
 	fresh := func(t *testing.T) Options { return testOptions(t, base) }
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(t *testing.T) providers.Provider { return build(t, fresh(t)) },
 		Reopen: func(t *testing.T, p providers.Provider) providers.Provider {
 			o, ok := opened.Load(p)
@@ -50,7 +50,7 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { q.Close() })
 			return q
 		},
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{
 				Name: "zone full",
 				New: func(t *testing.T) providers.Provider {

@@ -8,12 +8,12 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(*testing.T) providers.Provider { return New() },
 		// The fake's memory is its cloud: a restart can't be told apart
 		// from the same object, so the restart case is left to the real
 		// providers.
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{Name: "capacity", New: func(*testing.T) providers.Provider {
 				p := New()
 				p.SetCapacity(0)

@@ -50,7 +50,7 @@ func TestConformance(t *testing.T) {
 			return build(t, f)
 		}
 	}
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(t *testing.T) providers.Provider {
 			return build(t, newFake(t, gcefake.Options{}))
 		},
@@ -61,7 +61,7 @@ func TestConformance(t *testing.T) {
 			}
 			return build(t, f.(*gcefake.Fake))
 		},
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{Name: "ZONE_RESOURCE_POOL_EXHAUSTED", New: failing(gcefake.ErrZoneResourcePoolExhausted), Class: providers.ErrorOutOfResources},
 			{Name: "QUOTA_EXCEEDED", New: failing(gcefake.ErrQuotaExceeded), Class: providers.ErrorOutOfResources},
 			// Codes CA's GCE provider also classes as out of resources.

@@ -49,7 +49,7 @@ func TestConformance(t *testing.T) {
 			return build(t, f)
 		}
 	}
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(t *testing.T) providers.Provider {
 			return build(t, newFake(t, hcloudfake.Options{}))
 		},
@@ -60,7 +60,7 @@ func TestConformance(t *testing.T) {
 			}
 			return build(t, f.(*hcloudfake.Fake))
 		},
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{Name: "resource_unavailable", New: failing(hcloudfake.ErrResourceUnavailable), Class: providers.ErrorOutOfResources},
 			{Name: "create_server_failed", New: func(t *testing.T) providers.Provider {
 				f := newFake(t, hcloudfake.Options{})

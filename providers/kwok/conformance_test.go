@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 		clients.Store(providers.Provider(p), o.Client)
 		return p
 	}
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(t *testing.T) providers.Provider {
 			return build(t, Options{Client: fake.NewClientset()})
 		},
@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 			}
 			return build(t, Options{Client: c.(kubernetes.Interface)})
 		},
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{
 				Name: "zone full",
 				New: func(t *testing.T) providers.Provider {

@@ -7,18 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/prebake-dev/prebake/internal/tb"
 	"github.com/prebake-dev/prebake/providers"
 )
 
-// Setup describes the provider under test.
-type Setup struct {
+// Setup describes the provider under test. T is the test type, T
+// in practice (the package imports no testing).
+type Setup[T tb.T[T]] struct {
 	// New returns a fresh provider over an empty cloud.
-	New func(t *testing.T) providers.Provider
+	New func(t T) providers.Provider
 	// Cluster is the cluster name the provider was built with.
 	Cluster string
 	// MachineType and Location are valid for Create.
@@ -28,28 +29,28 @@ type Setup struct {
 	// way a restarted plugin builds one: it must share no memory with p, so
 	// whatever it knows comes from the cloud. nil skips the restart case
 	// (only for providers whose cloud is their memory, like fake).
-	Reopen func(t *testing.T, p providers.Provider) providers.Provider
+	Reopen func(t T, p providers.Provider) providers.Provider
 	// CreateErrors are creation failures the provider can be made to hit,
 	// each with the verdict Classify must give.
-	CreateErrors []CreateErrorCase
+	CreateErrors []CreateErrorCase[T]
 	// Parallel is how many Creates run at once in the concurrency case;
 	// default 8.
 	Parallel int
 }
 
 // CreateErrorCase is one injected creation failure.
-type CreateErrorCase struct {
+type CreateErrorCase[T tb.T[T]] struct {
 	Name string
 	// New returns a provider whose next Create of a Setup.MachineType in
 	// Setup.Location fails with this error.
-	New       func(t *testing.T) providers.Provider
+	New       func(t T) providers.Provider
 	Class     providers.ErrorClass
 	Retryable bool
 }
 
 // Run runs the suite.
-func Run(t *testing.T, s Setup) {
-	t.Run("CreateIsIdempotentAndListed", func(t *testing.T) {
+func Run[T tb.T[T]](t T, s Setup[T]) {
+	t.Run("CreateIsIdempotentAndListed", func(t T) {
 		t.Parallel()
 		p := s.New(t)
 		ctx := context.Background()
@@ -88,7 +89,7 @@ func Run(t *testing.T, s Setup) {
 			t.Fatalf("List shows the machine %d times, want once", n)
 		}
 	})
-	t.Run("DeleteIsIdempotent", func(t *testing.T) {
+	t.Run("DeleteIsIdempotent", func(t T) {
 		t.Parallel()
 		p := s.New(t)
 		ctx := context.Background()
@@ -123,7 +124,7 @@ func Run(t *testing.T, s Setup) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
-	t.Run("UnknownMachineTypeIsNotFound", func(t *testing.T) {
+	t.Run("UnknownMachineTypeIsNotFound", func(t T) {
 		t.Parallel()
 		p := s.New(t)
 		if _, err := p.MachineType(context.Background(), "no-such-type", s.Location); !errors.Is(err, providers.ErrNotFound) {
@@ -137,28 +138,28 @@ func Run(t *testing.T, s Setup) {
 			t.Fatalf("machine type %+v has no CPU or memory", mt)
 		}
 	})
-	t.Run("ListAfterRestartRebuildsOwnership", func(t *testing.T) {
+	t.Run("ListAfterRestartRebuildsOwnership", func(t T) {
 		if s.Reopen == nil {
 			t.Skip("Setup.Reopen is nil")
 		}
 		t.Parallel()
 		runRestart(t, s)
 	})
-	t.Run("ParallelCreatesGiveDistinctInstances", func(t *testing.T) {
+	t.Run("ParallelCreatesGiveDistinctInstances", func(t T) {
 		t.Parallel()
 		runParallel(t, s)
 	})
-	t.Run("MachineTypeFeedsTemplate", func(t *testing.T) {
+	t.Run("MachineTypeFeedsTemplate", func(t T) {
 		t.Parallel()
 		runTemplate(t, s)
 	})
 	for _, c := range s.CreateErrors {
-		t.Run("CreateErrorIsClassified/"+c.Name, func(t *testing.T) {
+		t.Run("CreateErrorIsClassified/"+c.Name, func(t T) {
 			t.Parallel()
 			runCreateError(t, s, c)
 		})
 	}
-	t.Run("ClassifyGivesAClass", func(t *testing.T) {
+	t.Run("ClassifyGivesAClass", func(t T) {
 		t.Parallel()
 		p := s.New(t)
 		c := p.Classify(errors.New("something broke"))
@@ -168,11 +169,11 @@ func Run(t *testing.T, s Setup) {
 	})
 }
 
-func (s Setup) request(name string) providers.CreateRequest {
+func (s Setup[T]) request(name string) providers.CreateRequest {
 	return s.requestIn(name, "conformance")
 }
 
-func (s Setup) requestIn(name, group string) providers.CreateRequest {
+func (s Setup[T]) requestIn(name, group string) providers.CreateRequest {
 	return providers.CreateRequest{
 		Name: name, Cluster: s.Cluster, Group: group, MachineType: s.MachineType, Location: s.Location,
 		ImageKind:  providers.ImageRuntimeInstall,
@@ -182,7 +183,7 @@ func (s Setup) requestIn(name, group string) providers.CreateRequest {
 }
 
 // listed returns the instances of List by providerID, failing on duplicates.
-func listed(t *testing.T, p providers.Provider) map[string]providers.Instance {
+func listed(t tb.TB, p providers.Provider) map[string]providers.Instance {
 	t.Helper()
 	ins, err := p.List(context.Background())
 	if err != nil {
@@ -198,7 +199,7 @@ func listed(t *testing.T, p providers.Provider) map[string]providers.Instance {
 	return m
 }
 
-func runRestart(t *testing.T, s Setup) {
+func runRestart[T tb.T[T]](t T, s Setup[T]) {
 	p := s.New(t)
 	ctx := context.Background()
 	want := map[string]string{} // providerID → group
@@ -238,7 +239,7 @@ func runRestart(t *testing.T, s Setup) {
 	}
 }
 
-func runParallel(t *testing.T, s Setup) {
+func runParallel[T tb.T[T]](t T, s Setup[T]) {
 	p := s.New(t)
 	n := s.Parallel
 	if n <= 0 {
@@ -275,7 +276,7 @@ func runParallel(t *testing.T, s Setup) {
 	}
 }
 
-func runTemplate(t *testing.T, s Setup) {
+func runTemplate[T tb.T[T]](t T, s Setup[T]) {
 	p := s.New(t)
 	mt, err := p.MachineType(context.Background(), s.MachineType, s.Location)
 	if err != nil {
@@ -307,7 +308,7 @@ func runTemplate(t *testing.T, s Setup) {
 	}
 }
 
-func runCreateError(t *testing.T, s Setup, c CreateErrorCase) {
+func runCreateError[T tb.T[T]](t T, s Setup[T], c CreateErrorCase[T]) {
 	p := c.New(t)
 	_, err := p.Create(context.Background(), s.request("conf-e1"))
 	if err == nil {

@@ -40,7 +40,7 @@ func TestConformance(t *testing.T) {
 			return build(t, cloud{fake.NewClientset(), sh}, pool(poolSize))
 		}
 	}
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(t *testing.T) providers.Provider {
 			return build(t, cloud{fake.NewClientset(), newFakeShell()}, pool(poolSize))
 		},
@@ -51,7 +51,7 @@ func TestConformance(t *testing.T) {
 			}
 			return build(t, c.(cloud), pool(poolSize))
 		},
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{
 				Name: "pool has no machine of the type",
 				New: func(t *testing.T) providers.Provider {

@@ -267,7 +267,7 @@ func TestConformanceSystem(t *testing.T) {
 		lines.WriteString(knownhosts.Line([]string{addrOf(m)}, k) + "\n")
 	}
 	statictest.WriteFile(t, wrongKeys, []byte(lines.String()), 0o600)
-	providertest.Run(t, providertest.Setup{
+	providertest.Run(t, providertest.Setup[*testing.T]{
 		New: func(t *testing.T) providers.Provider {
 			return build(t, newNamespace(), shell, poolMachines(sp))
 		},
@@ -278,7 +278,7 @@ func TestConformanceSystem(t *testing.T) {
 			}
 			return build(t, ns.(string), shell, poolMachines(sp))
 		},
-		CreateErrors: []providertest.CreateErrorCase{
+		CreateErrors: []providertest.CreateErrorCase[*testing.T]{
 			{
 				Name: "pool has no machine of the type",
 				New: func(t *testing.T) providers.Provider {

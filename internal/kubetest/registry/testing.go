@@ -5,32 +5,26 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"testing"
+
+	"github.com/prebake-dev/prebake/internal/tb"
 )
 
-// TB is the part of testing.TB that SkipIfUnavailable uses.
-type TB interface {
-	Helper()
-	Skip(args ...any)
-	Fatal(args ...any)
-}
-
-// SkipIfUnavailable does nothing for a nil err, skips tb with one line for ErrUnavailable
+// SkipIfUnavailable does nothing for a nil err, skips t with one line for ErrUnavailable
 // (a missing go command, module proxy, apt-get or package), except under CI=true, where a
-// skipped test would hide a broken runner, and fails tb for any other error.
-func SkipIfUnavailable(tb TB, err error) {
-	tb.Helper()
+// skipped test would hide a broken runner, and fails t for any other error.
+func SkipIfUnavailable(t tb.TB, err error) {
+	t.Helper()
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrUnavailable) && os.Getenv("CI") != "true":
-		tb.Skip(err)
+		t.Skip(err)
 	default:
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 }
 
 // TestLog is an io.Writer that logs each write to t: build progress in a test.
-type TestLog struct{ T testing.TB }
+type TestLog struct{ T tb.TB }
 
 func (l TestLog) Write(p []byte) (int, error) {
 	l.T.Helper()
@@ -42,7 +36,7 @@ func (l TestLog) Write(p []byte) (int, error) {
 // 127.0.0.1:0) with its storage and log under t.TempDir(), and stops it when t ends,
 // logging the tail of its log when t failed. It skips t when the server cannot be built
 // here (see SkipIfUnavailable).
-func StartTest(ctx context.Context, t *testing.T, addr string) *Server {
+func StartTest(ctx context.Context, t tb.TB, addr string) *Server {
 	t.Helper()
 	bin, err := BuildServer(ctx, BuildOptions{Out: TestLog{t}})
 	SkipIfUnavailable(t, err)

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/prebake-dev/prebake/internal/kubetest"
+	"github.com/prebake-dev/prebake/internal/tb"
 )
 
 // syncBuffer is a bytes.Buffer safe for the cluster's writers and the
@@ -47,7 +47,7 @@ type Cluster struct {
 // binaries cached by `go run ./internal/kubetest/cmd/e2e-cluster build`: without
 // them the test skips with one line, except under CI=true, where they are
 // built (or the test fails).
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t tb.TB) *Cluster {
 	t.Helper()
 	dir, err := kubetest.DefaultCacheDir()
 	if err != nil {

@@ -6,5 +6,5 @@
 // Invariants: every namespace, veth, process and file a fixture makes is
 // removed at the test's cleanup; traffic goes only to addresses inside
 // namespaces the fixture made, or loopback. A missing prerequisite skips
-// the test with one line, and fails it under CI=true (DESIGN.md §4).
+// the test with one line, and fails it under CI=true (docs/e2e.md, "Prerequisites").
 package statictest

@@ -14,17 +14,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/prebake-dev/prebake/internal/tb"
 )
 
 // RequireSystem skips the test with one line when the machine can't run
 // sshd in a network namespace, except under CI=true, where that fails it
-// (DESIGN.md §4). It returns the sshd path.
-func RequireSystem(t testing.TB) string {
+// (docs/e2e.md, "Prerequisites"). It returns the sshd path.
+func RequireSystem(t tb.TB) string {
 	t.Helper()
 	missing := ""
 	sshd, err := exec.LookPath("sshd")
@@ -77,7 +78,7 @@ type Pool struct {
 	KnownHosts string
 }
 
-func run(t testing.TB, name string, args ...string) {
+func run(t tb.TB, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
@@ -85,7 +86,7 @@ func run(t testing.TB, name string, args ...string) {
 }
 
 // runCleanup runs a command at cleanup and reports, not fails, an error.
-func runCleanup(t testing.TB, name string, args ...string) {
+func runCleanup(t tb.TB, name string, args ...string) {
 	t.Cleanup(func() {
 		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 			t.Logf("cleanup: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
@@ -93,7 +94,7 @@ func runCleanup(t testing.TB, name string, args ...string) {
 	})
 }
 
-func randomHex(t testing.TB, n int) string {
+func randomHex(t tb.TB, n int) string {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
@@ -103,7 +104,7 @@ func randomHex(t testing.TB, n int) string {
 }
 
 // freeSubnet picks a 10.x.y.0/30 that no interface on this machine uses.
-func freeSubnet(t testing.TB) (hostAddr, nsAddr string) {
+func freeSubnet(t tb.TB) (hostAddr, nsAddr string) {
 	t.Helper()
 	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
 	if err != nil {
@@ -124,7 +125,7 @@ func freeSubnet(t testing.TB) (hostAddr, nsAddr string) {
 // NewPool starts n sshd "machines" named m1 … mn. It skips the test with
 // one line when the machine lacks root, sshd or ip, and fails it then under
 // CI=true.
-func NewPool(t testing.TB, n int) *Pool {
+func NewPool(t tb.TB, n int) *Pool {
 	t.Helper()
 	sshd := RequireSystem(t)
 	id := randomHex(t, 3)
@@ -209,7 +210,7 @@ func NewPool(t testing.TB, n int) *Pool {
 }
 
 // waitListening polls until sshd accepts connections on addr.
-func waitListening(t testing.TB, addr, logPath string) {
+func waitListening(t tb.TB, addr, logPath string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -227,7 +228,7 @@ func waitListening(t testing.TB, addr, logPath string) {
 }
 
 // NewKey returns an ed25519 public key and its private key in OpenSSH PEM.
-func NewKey(t testing.TB) (ssh.PublicKey, []byte) {
+func NewKey(t tb.TB) (ssh.PublicKey, []byte) {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -244,7 +245,7 @@ func NewKey(t testing.TB) (ssh.PublicKey, []byte) {
 	return sshPub, pem.EncodeToMemory(block)
 }
 
-func WriteFile(t testing.TB, path string, data []byte, mode os.FileMode) {
+func WriteFile(t tb.TB, path string, data []byte, mode os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, data, mode); err != nil {
 		t.Fatal(err)
@@ -264,7 +265,7 @@ echo "$PREBAKE_TEST_HOST" >> %[2]q/"$PREBAKE_TEST_HOST".%[3]s
 }
 
 // Markers returns the lines of <dir>/<host>.<what>, nil when absent.
-func (p *Pool) Markers(t testing.TB, host, what string) []string {
+func (p *Pool) Markers(t tb.TB, host, what string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(p.Dir, host+"."+what))
 	if errors.Is(err, os.ErrNotExist) {
