@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -171,7 +172,10 @@ type instance struct {
 	// install); fallback says why a group with a channel got none.
 	image     string
 	imageKind providers.ImageKind
-	fallback  *Fallback
+	// family is the OS family the machine boots (the image's, or the
+	// group's image.os on the runtime-install path): it picks the renderer.
+	family   imagecatalog.Family
+	fallback *Fallback
 	// adopted instances were found by List, not requested by this process:
 	// their timeline is unknown and not observed.
 	adopted bool

@@ -128,6 +128,19 @@ func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, f
 	return id, providers.ImagePrebaked, nil
 }
 
+// familyOf is the OS family of a new machine of g booting image ("" for
+// the runtime-install path): the catalog's for an image, else the group's
+// image.os (Debian or Ubuntu when unset: the providers' base images).
+func (c *Core) familyOf(g *group, image string) imagecatalog.Family {
+	f, err := imagecatalog.ChooseFamily(c.catalog.get().catalog, image, g.spec.ImageOS)
+	if err != nil {
+		// An image resolved from this catalog is in it; keep the
+		// group's family if a reload dropped it since.
+		f, _ = imagecatalog.ChooseFamily(imagecatalog.Catalog{}, "", g.spec.ImageOS)
+	}
+	return f
+}
+
 // imageQuery is the catalog query for a group: its channel, its provider,
 // the arch of its machine type, and the OS release and k8s minor when the
 // group pins them. Location matches any: an image that exists for several

@@ -87,6 +87,7 @@ func (c *Core) addInstanceLocked(g *group, req providers.CreateRequest, now time
 		inst.providerID = placeholderScheme + g.spec.ID + "/" + name
 		inst.placeholder = true
 	}
+	inst.family = c.familyOf(g, req.Image)
 	g.instances[name] = inst
 	c.index.add(inst)
 	return inst

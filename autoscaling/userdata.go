@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -23,6 +24,9 @@ type Machine struct {
 	// ProviderID is "" when the provider learns it only from Create
 	// (hcloud) or at boot (static).
 	ProviderID string
+	// Family is the OS family the machine boots: cloud-init or Ignition
+	// renders its user-data (Family.Renderer).
+	Family imagecatalog.Family
 }
 
 // JoinTokenRevoker is implemented by a UserDataSource whose user-data
@@ -36,7 +40,7 @@ type JoinTokenRevoker interface {
 // userDataFile verbatim when set, else what the source renders.
 func (c *Core) userDataFor(ctx context.Context, inst *instance) ([]byte, error) {
 	c.mu.RLock()
-	req, pid, placeholder := inst.req, inst.providerID, inst.placeholder
+	req, pid, placeholder, family := inst.req, inst.providerID, inst.placeholder, inst.family
 	c.mu.RUnlock()
 	if len(req.UserData) > 0 || c.opts.UserData == nil {
 		return req.UserData, nil
@@ -45,7 +49,7 @@ func (c *Core) userDataFor(ctx context.Context, inst *instance) ([]byte, error) 
 		pid = ""
 	}
 	p := inst.group.provider
-	ud, err := c.opts.UserData.UserData(ctx, Machine{Provider: p.Name(), Capabilities: p.Capabilities(), Request: req, ProviderID: pid})
+	ud, err := c.opts.UserData.UserData(ctx, Machine{Provider: p.Name(), Capabilities: p.Capabilities(), Request: req, ProviderID: pid, Family: family})
 	if err != nil {
 		return nil, fmt.Errorf("render user-data for %s: %w", req.Name, err)
 	}

@@ -80,6 +80,10 @@ type Options struct {
 	MaxRetries int
 	// HTTPClient is the base transport's client; default http.DefaultClient.
 	HTTPClient *http.Client
+	// WireGuardFirewall makes Run keep the cluster's Cilium WireGuard
+	// firewall (EnsureWireGuardFirewall): a group has the cilium-wireguard
+	// network mode.
+	WireGuardFirewall bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
@@ -92,16 +96,17 @@ type Options struct {
 // Provider is the Hetzner Cloud provider. It implements providers.Provider
 // and is safe for concurrent use.
 type Provider struct {
-	client   *hcloud.Client
-	cluster  string
-	image    string
-	networks []*hcloud.Network
-	fws      []*hcloud.ServerCreateFirewall
-	sshKeys  []*hcloud.SSHKey
-	pg       *hcloud.PlacementGroup
-	typeTTL  time.Duration
-	pacer    *pacer
-	log      *slog.Logger
+	wireGuard bool // Options.WireGuardFirewall
+	client    *hcloud.Client
+	cluster   string
+	image     string
+	networks  []*hcloud.Network
+	fws       []*hcloud.ServerCreateFirewall
+	sshKeys   []*hcloud.SSHKey
+	pg        *hcloud.PlacementGroup
+	typeTTL   time.Duration
+	pacer     *pacer
+	log       *slog.Logger
 	// scanShare and budget are Options.ScanShare and Budget; inv is what
 	// List answers from.
 	scanShare float64
@@ -209,6 +214,7 @@ func New(o Options) (*Provider, error) {
 		opts = append(opts, hcloud.WithEndpoint(o.Endpoint))
 	}
 	p := &Provider{
+		wireGuard:   o.WireGuardFirewall,
 		client:      hcloud.NewClient(opts...),
 		cluster:     o.Cluster,
 		image:       o.Image,
@@ -249,8 +255,28 @@ func (p *Provider) Capabilities() providers.Capabilities {
 	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit}
 }
 
-// Run implements providers.Provider: the provider has no background work.
-func (p *Provider) Run(context.Context) error { return nil }
+// Run implements providers.Provider: with Options.WireGuardFirewall it
+// ensures the cluster's WireGuard firewall, retrying with backoff until that
+// succeeds (machines created meanwhile get it through its label selector
+// once it exists); otherwise there is no background work.
+func (p *Provider) Run(ctx context.Context) error {
+	if !p.wireGuard {
+		return nil
+	}
+	for delay := 5 * time.Second; ; delay = min(2*delay, 5*time.Minute) {
+		res, err := p.EnsureWireGuardFirewall(ctx, nil)
+		if err == nil {
+			p.log.Info("hcloud: WireGuard firewall in place", "firewall", res.ID, "created", res.Created, "updated", res.Updated, "reason", res.Reason)
+			return nil
+		}
+		p.log.Warn("hcloud: WireGuard firewall not in place; retrying", "err", err, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+	}
+}
 
 // ProviderID implements providers.Provider: the server id is assigned by the
 // API, so it is unknown before Create returns.

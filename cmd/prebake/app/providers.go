@@ -180,7 +180,9 @@ func newHcloud(_ context.Context, cfg *config.Config, d Deps) (Built, error) {
 		Firewalls:      h.Firewalls,
 		SSHKeys:        h.SSHKeys,
 		PlacementGroup: h.PlacementGroup,
-		Logger:         d.Logger,
+		// Kept by the provider's Run, so only a serving prebake does it.
+		WireGuardFirewall: cfg.UsesCiliumWireGuard("hcloud"),
+		Logger:            d.Logger,
 	}
 	if d.BuilderDial != nil {
 		o.BuilderDial = d.BuilderDial(h.Endpoint)

@@ -281,6 +281,9 @@ func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg p
 	if coreOpts.Catalog, err = catalogSource(cfg, built.kube); err != nil {
 		return builtCore{}, err
 	}
+	if err := checkRenderers(ctx, cfg, coreOpts.Catalog, log); err != nil {
+		return builtCore{}, fmt.Errorf("%s: %w", configPath, err)
+	}
 	core, err := autoscaling.New(ctx, coreOpts)
 	if err != nil {
 		return builtCore{}, fmt.Errorf("%s: %w", configPath, err)
@@ -387,13 +390,21 @@ func bootstrapUserData(cfg *config.Config, built *builtProviders, log *slog.Logg
 	if built.kube == nil {
 		built.kube = kube
 	}
-	return &BootstrapUserData{
+	ud := &BootstrapUserData{
 		Tokens:     bootstrap.Tokens{Client: kube, TTL: b.TokenTTL.Duration},
 		Cluster:    b.BootstrapCluster(),
 		Components: b.BootstrapComponents(),
 		Options:    bootstrap.Options{DpkgLockWait: b.DpkgLockWait.Duration},
+		Networks:   map[string]bootstrap.Network{},
 		Log:        log.With("component", "bootstrap"),
-	}, nil
+	}
+	if s := b.KubernetesSysext; s != nil {
+		ud.Sysext = s.Sysext
+	}
+	for _, g := range cfg.NodeGroups {
+		ud.Networks[g.ID] = g.BootstrapNetwork()
+	}
+	return ud, nil
 }
 
 func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
@@ -414,6 +425,25 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 		out = append(out, spec)
 	}
 	return out, nil
+}
+
+// checkRenderers refuses a group whose channel can resolve images that are
+// configured two ways (cloud-init and Ignition: image.os unset on a channel
+// holding Ubuntu and Flatcar images), against the catalog as it is at start.
+// A catalog that can't load yet is checked by nobody: the core keeps its
+// groups on runtime install until it loads, and says so.
+func checkRenderers(ctx context.Context, cfg *config.Config, src autoscaling.CatalogSource, log *slog.Logger) error {
+	if src == nil {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cat, err := src.LoadCatalog(lctx)
+	if err != nil {
+		log.Warn("image catalog not loaded at start; the groups' renderers are not checked against it", "err", err)
+		return nil
+	}
+	return cfg.CheckImageRenderers(cat)
 }
 
 // providerNames are the providers the groups use, in first-use order.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -21,7 +23,13 @@ type BootstrapUserData struct {
 	Cluster    bootstrap.Cluster
 	Components []bootstrap.Component
 	Options    bootstrap.Options
-	Log        *slog.Logger
+	// Networks are the groups' network modes (cilium-wireguard), by group.
+	Networks map[string]bootstrap.Network
+	// Sysext gives Flatcar and Fedora CoreOS nodes their Kubernetes sysext
+	// for an arch (bootstrap.kubernetesSysext); nil when none is configured,
+	// and then such a machine fails to render, saying so.
+	Sysext func(arch string) bootstrap.Sysext
+	Log    *slog.Logger
 	// CleanupEvery bounds how often UserData deletes expired tokens; 0
 	// means 10 minutes.
 	CleanupEvery time.Duration
@@ -38,21 +46,61 @@ func (b *BootstrapUserData) Check() error {
 }
 
 // UserData implements autoscaling.UserDataSource: nothing for machines that take none
-// (no token is made), the node script for those that run it over a shell,
-// #cloud-config for the others.
+// (no token is made), the node script for those that run it over a shell, and
+// for the others what their OS family reads: an Ignition config (Flatcar, Fedora
+// CoreOS) or #cloud-config.
 func (b *BootstrapUserData) UserData(ctx context.Context, m autoscaling.Machine) ([]byte, error) {
 	if m.Capabilities.UserData == providers.UserDataNone {
 		return nil, nil
+	}
+	ignition := m.Capabilities.UserData == providers.UserDataCloudInit && m.Family.Renderer() == imagecatalog.RendererIgnition
+	if ignition {
+		if err := b.ignitionReady(m); err != nil {
+			return nil, err
+		}
 	}
 	b.cleanup(ctx)
 	tok, err := b.Tokens.CreateForNode(ctx, m.Request.Name)
 	if err != nil {
 		return nil, err
 	}
-	ud, err := bootstrap.Render(b.input(m, tok.Value()))
+	out, err := b.render(m, tok.Value(), ignition)
 	if err != nil {
 		// The token is useless now; it expires by itself if this fails too.
 		_ = b.Tokens.Delete(ctx, tok.ID)
+		return nil, err
+	}
+	return out, nil
+}
+
+// ignitionReady says why a machine of an Ignition family can't be
+// rendered: no sysext configured, or no image of the family (the
+// runtime-install path boots the provider's base image, a Debian or Ubuntu
+// one, which reads no Ignition).
+func (b *BootstrapUserData) ignitionReady(m autoscaling.Machine) error {
+	switch {
+	case b.Sysext == nil:
+		return fmt.Errorf("node group %q boots %s, which takes an Ignition config with the Kubernetes sysext: set bootstrap.kubernetesSysext", m.Request.Group, m.Family)
+	case m.Request.Image == "":
+		return fmt.Errorf("node group %q boots %s but its channel gave no %s image (runtime install would boot the provider's Debian/Ubuntu base image, which reads no Ignition): publish a %s image to channel %q", m.Request.Group, m.Family, m.Family, m.Family, m.Request.ImageChannel)
+	}
+	return nil
+}
+
+func (b *BootstrapUserData) render(m autoscaling.Machine, token string, ignition bool) ([]byte, error) {
+	in := b.input(m, token)
+	if ignition {
+		ic, err := bootstrap.RenderIgnition(bootstrap.IgnitionInput{
+			Input: in, OS: bootstrap.IgnitionOS(m.Family), Sysext: b.Sysext(m.Request.NodeLabels[providers.LabelArch]),
+			Prebaked: m.Request.ImageKind == providers.ImagePrebaked,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return ic.JSON, nil
+	}
+	ud, err := bootstrap.Render(in)
+	if err != nil {
 		return nil, err
 	}
 	if m.Capabilities.UserData == providers.UserDataScript {
@@ -71,6 +119,7 @@ func (b *BootstrapUserData) input(m autoscaling.Machine, token string) bootstrap
 	in := bootstrap.Input{
 		Provider: m.Provider, Cluster: b.Cluster, JoinToken: token, NodeName: req.Name, ProviderID: m.ProviderID,
 		Labels: kubeletLabels(req.NodeLabels), Components: b.Components, Runtime: m.Capabilities.NodeRuntime, Options: b.Options,
+		Network: b.Networks[req.Group],
 	}
 	for _, t := range req.NodeTaints {
 		in.Taints = append(in.Taints, bootstrap.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
