@@ -175,3 +175,25 @@ func hcloudCreateOpts(p *Provider, port, desc string) hcloud.FirewallCreateOpts 
 }
 
 func itoa(id int64) string { return strconv.FormatInt(id, 10) }
+
+// With Options.WireGuardFirewall the provider's background work puts the
+// firewall in place, retrying until the API takes it; without it, Run calls
+// nothing.
+func TestRunKeepsTheWireGuardFirewall(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, hcloudfake.Options{})
+	plain := firewallProvider(t, f, 42)
+	if err := plain.Run(t.Context()); err != nil || len(f.Firewalls()) != 0 {
+		t.Fatalf("Run without the option: %v, %d firewalls; want nothing done", err, len(f.Firewalls()))
+	}
+	p, err := New(Options{Token: testToken, Endpoint: f.URL(), Cluster: "c", Firewalls: []int64{42}, MaxRetries: -1, WireGuardFirewall: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if fws := f.Firewalls(); len(fws) != 1 || fws[0].Name != "prebake-c-cilium-wireguard" {
+		t.Errorf("firewalls after Run: %+v, want the WireGuard one", fws)
+	}
+}
