@@ -8,6 +8,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -38,6 +39,42 @@ type DockerProvider struct {
 	// mapped to 0 fails every creation with an out-of-resources error. Zones
 	// not listed are unlimited.
 	Capacity map[string]int `yaml:"capacity"`
+	// Node is what the nodes' containerd uses beyond what every docker node
+	// needs (which the provider declares itself): the pod sandbox image and
+	// registries reached at another endpoint, such as a plain-HTTP registry
+	// on the zone network's gateway.
+	Node *DockerNode `yaml:"node"`
+}
+
+// DockerNode is the providers.docker.node block.
+type DockerNode struct {
+	// SandboxImage is containerd's pod sandbox (pause) image; empty keeps
+	// containerd's default, registry.k8s.io/pause, which needs that registry.
+	SandboxImage string `yaml:"sandboxImage"`
+	// Registries are registry hosts containerd pulls from at another
+	// endpoint than their name says.
+	Registries []DockerRegistry `yaml:"registries"`
+}
+
+// DockerRegistry is one registry host (as image names spell it: host[:port])
+// and where containerd pulls its images from; the endpoint defaults to plain
+// HTTP on the host.
+type DockerRegistry struct {
+	Host     string `yaml:"host"`
+	Endpoint string `yaml:"endpoint"`
+}
+
+// NodeRuntime returns the node block as the bootstrap package takes it (the
+// zero Runtime without one).
+func (d DockerProvider) NodeRuntime() bootstrap.Runtime {
+	if d.Node == nil {
+		return bootstrap.Runtime{}
+	}
+	rt := bootstrap.Runtime{SandboxImage: d.Node.SandboxImage}
+	for _, r := range d.Node.Registries {
+		rt.Registries = append(rt.Registries, bootstrap.Registry{Host: r.Host, Endpoint: r.Endpoint})
+	}
+	return rt
 }
 
 // MachineTypeList returns the configured machine types as provider values,
@@ -62,6 +99,41 @@ func (c *Config) applyDockerDefaults(set map[string]bool) {
 		if !set[p+".machineTypes["+strconv.Itoa(i)+"].arch"] {
 			d.MachineTypes[i].Arch = defaultArch
 		}
+	}
+	if d.Node != nil {
+		for i, r := range d.Node.Registries {
+			if !set[p+".node.registries["+strconv.Itoa(i)+"].endpoint"] && r.Host != "" {
+				d.Node.Registries[i].Endpoint = "http://" + r.Host
+			}
+		}
+	}
+}
+
+// dockerNode checks the node block by rendering user-data with it once: the
+// renderer's own checks of the runtime name the field and the fix.
+func (v *validator) dockerNode(n *DockerNode) {
+	const p = "providers.docker.node"
+	if n.Registries != nil && len(n.Registries) == 0 {
+		v.errorf(p+".registries", "%s.registries is empty; list registries as {host, endpoint}, or leave the key out", p)
+	}
+	rt := DockerProvider{Node: n}.NodeRuntime()
+	_, err := bootstrap.Render(bootstrap.Input{
+		Provider: "docker", Cluster: bootstrap.Cluster{APIServerEndpoint: "192.0.2.1:6443", CACertHashes: []string{"sha256:" + strings.Repeat("0", 64)}},
+		JoinToken: "abcdef.0123456789abcdef", NodeName: "check", Runtime: rt,
+		Components: []bootstrap.Component{{Name: "containerd", Version: "1.6.20~ds1-1+b1"}},
+	})
+	if err == nil {
+		return
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimPrefix(strings.TrimPrefix(line, "bootstrap: "), "bootstrap input: ")
+		rest, ok := strings.CutPrefix(line, "runtime.")
+		if !ok {
+			v.errorf(p, "%s: %s", p, line)
+			continue
+		}
+		field, _, _ := strings.Cut(rest, " ")
+		v.errorf(p+"."+strings.TrimSuffix(field, ":"), "%s.%s", p, rest)
 	}
 }
 
@@ -101,6 +173,9 @@ func (v *validator) docker(d *DockerProvider) {
 			ip := joinIndex(p+".machineTypes", i)
 			v.errorf(ip+".gpus", "%s.gpus is %d; the docker provider passes no GPUs through, so use 0", ip, m.GPUs)
 		}
+	}
+	if d.Node != nil {
+		v.dockerNode(d.Node)
 	}
 	for _, zone := range sortedKeys(d.Capacity) {
 		zp := joinKey(p+".capacity", zone)

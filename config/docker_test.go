@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -50,6 +51,38 @@ func TestParseDocker(t *testing.T) {
 	}
 }
 
+func TestParseDockerNode(t *testing.T) {
+	t.Parallel()
+	in := strings.Replace(dockerBase, "    capacity: {zone-a: 3}\n", `    capacity: {zone-a: 3}
+    node:
+      sandboxImage: 172.18.0.1:5000/prebake/pause:1
+      registries:
+        - host: 172.18.0.1:5000
+        - {host: registry.local, endpoint: https://10.0.0.5:8443}
+`, 1)
+	c, err := Parse([]byte(in), "docker.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bootstrap.Runtime{
+		SandboxImage: "172.18.0.1:5000/prebake/pause:1",
+		Registries: []bootstrap.Registry{
+			{Host: "172.18.0.1:5000", Endpoint: "http://172.18.0.1:5000"}, // plain HTTP unless told
+			{Host: "registry.local", Endpoint: "https://10.0.0.5:8443"},
+		},
+	}
+	if d := cmp.Diff(want, c.Providers.Docker.NodeRuntime()); d != "" {
+		t.Errorf("NodeRuntime (-want +got):\n%s", d)
+	}
+	plain, err := Parse([]byte(dockerBase), "docker.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(bootstrap.Runtime{}, plain.Providers.Docker.NodeRuntime()); d != "" {
+		t.Errorf("NodeRuntime without a node block (-want +got):\n%s", d)
+	}
+}
+
 func TestDockerErrors(t *testing.T) {
 	t.Parallel()
 	edit := func(pairs ...string) string {
@@ -79,6 +112,12 @@ func TestDockerErrors(t *testing.T) {
 		{"negative capacity", edit("{zone-a: 3}", "{zone-a: -1}"), `docker.yaml:9: providers.docker.capacity.zone-a is -1; use 0 (no room) or more`},
 		{"group type not declared", edit("machineType: docker-1c", "machineType: docker-2c"), `docker.yaml:15: node group "real": machineType "docker-2c" is not in providers.docker.machineTypes`},
 		{"unknown field", edit(base, base+"    privileged: true\n"), `docker.yaml:7: unknown field "privileged"`},
+		{"sandbox image", edit(base, base+"    node: {sandboxImage: \"Pause Image\"}\n"), `docker.yaml:7: providers.docker.node.sandboxImage "Pause Image": want an image reference`},
+		{"registry host", edit(base, base+"    node:\n      registries:\n        - {host: \"http://r:5000\"}\n"), `docker.yaml:9: providers.docker.node.registries[0].host "http://r:5000": want host[:port]`},
+		{"registry endpoint", edit(base, base+"    node:\n      registries:\n        - {host: r:5000, endpoint: ftp://r}\n"), `docker.yaml:9: providers.docker.node.registries[0].endpoint "ftp://r": want an http(s) URL`},
+		{"registry twice", edit(base, base+"    node:\n      registries:\n        - {host: r:5000}\n        - {host: r:5000}\n"), `providers.docker.node.registries[1].host "r:5000": listed twice`},
+		{"registries empty", edit(base, base+"    node: {registries: []}\n"), `docker.yaml:7: providers.docker.node.registries is empty`},
+		{"node unknown field", edit(base, base+"    node: {sandbox: x}\n"), `unknown field "sandbox"`},
 		{"provider not configured", "apiVersion: prebake.dev/v1alpha1\nkind: ProviderConfig\nclusterName: demo\nproviders:\n  kwok: {}\n" + dockerBase[strings.Index(dockerBase, "nodeGroups:"):], `provider "docker" is not configured`},
 	}
 	for _, tc := range tests {

@@ -6,16 +6,17 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/network"
 
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 )
 
 // A builder is a container booted like a machine from the base image with
@@ -45,7 +46,7 @@ func (p *Provider) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpe
 			return imagecatalog.BuilderState{}, fmt.Errorf("docker: container %q exists but is no builder (no %s label); remove it (`docker rm -f %s`)", name, imagecatalog.LabelBuilder, name)
 		}
 		if c.State != nil && c.State.Status == container.StateCreated {
-			if err := p.boot(ctx, c.ID, name, nocloudSeed(spec.Name, spec.UserData)); err != nil {
+			if err := p.bootAs(ctx, c.ID, name, nocloudSeed(spec.Name, spec.UserData), true); err != nil {
 				return imagecatalog.BuilderState{}, err
 			}
 			return p.Builder(ctx, c.ID)
@@ -80,13 +81,17 @@ func (p *Provider) BootBuilder(ctx context.Context, spec imagecatalog.BuilderSpe
 	if err != nil {
 		return imagecatalog.BuilderState{}, err
 	}
-	nc := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netID: {}}}
-	resp, err := p.engine.ContainerCreate(ctx, bootConfig(base, spec.Name, maps.Clone(spec.Labels)), bootHostConfig(netID, p.devices, mt), nc, nil, name)
+	if err := p.createVolume(ctx, name, spec.Labels); err != nil {
+		return imagecatalog.BuilderState{}, err
+	}
+	cfg, hc, nc := p.nodeContainer(name, spec.Name, base, netID, nil, maps.Clone(spec.Labels), mt)
+	resp, err := p.engine.ContainerCreate(ctx, cfg, hc, nc, nil, name)
 	if err != nil {
+		p.removeVolumeAfterFailure(ctx, name, true)
 		return imagecatalog.BuilderState{}, fmt.Errorf("docker: create builder %q (image %s): %w", name, base, err)
 	}
 	// No kubelet patch: a builder is no node, and what it holds is committed.
-	if err := p.boot(ctx, resp.ID, name, nocloudSeed(spec.Name, spec.UserData)); err != nil {
+	if err := p.bootAs(ctx, resp.ID, name, nocloudSeed(spec.Name, spec.UserData), true); err != nil {
 		return imagecatalog.BuilderState{}, err
 	}
 	p.log.Info("builder created", "instance", spec.Name, "builder", resp.ID, "image", base, "zone", zone)
@@ -176,6 +181,13 @@ func (p *Provider) BuilderReport(ctx context.Context, b imagecatalog.BuilderStat
 // signal is SIGRTMIN+3), then the container is committed as
 // <repository>:<description> with the labels, and the labels' record is
 // written. The description is the catalog image's name, and the tag its id.
+//
+// A commit leaves volumes out, and containerd's root is one
+// (baseimage.ContainerdDir): a VM's snapshot would hold its whole disk, so
+// the builder's containerd content (the pod images it pulled) is put into
+// the image too: copied out of the stopped builder, into a container of the
+// first commit, which is committed again under the same tag. The engine fills
+// every node's new, empty volume from it.
 func (p *Provider) Snapshot(ctx context.Context, builderID, description string, labels map[string]string) (imagecatalog.CloudImage, error) {
 	if err := checkID(description); err != nil {
 		return imagecatalog.CloudImage{}, fmt.Errorf("docker: snapshot builder %.12s: %w", builderID, err)
@@ -188,26 +200,69 @@ func (p *Provider) Snapshot(ctx context.Context, builderID, description string, 
 	if err != nil {
 		return imagecatalog.CloudImage{}, fmt.Errorf("docker: snapshot builder %.12s: %w", builderID, err)
 	}
-	if _, err := p.engine.ContainerCommit(ctx, builderID, container.CommitOptions{
-		Reference: p.imageRef(description), Comment: "prebake image " + description, Changes: []string{change},
-	}); err != nil {
-		return imagecatalog.CloudImage{}, fmt.Errorf("docker: commit builder %.12s as %s: %w", builderID, p.imageRef(description), err)
+	ref := p.imageRef(description)
+	commit := container.CommitOptions{Reference: ref, Comment: "prebake image " + description, Changes: []string{change}}
+	if _, err := p.engine.ContainerCommit(ctx, builderID, commit); err != nil {
+		return imagecatalog.CloudImage{}, fmt.Errorf("docker: commit builder %.12s as %s: %w", builderID, ref, err)
+	}
+	if err := p.commitContainerdDir(ctx, builderID, ref, commit); err != nil {
+		return imagecatalog.CloudImage{}, err
 	}
 	// The commit also keeps the builder's own labels (prebake.dev/builder);
 	// the record holds exactly the catalog's.
 	if err := p.writeRecord(ctx, description, labels); err != nil {
 		return imagecatalog.CloudImage{}, err
 	}
-	p.log.Info("builder committed", "builder", builderID, "image", p.imageRef(description))
+	p.log.Info("builder committed", "builder", builderID, "image", ref)
 	return p.GetImage(ctx, description)
 }
 
+// commitContainerdDir puts the builder's containerd root (its volume) into the image ref,
+// committed from it: a container of ref that never runs gets the directory's content, and
+// is committed as ref. A builder without the directory leaves ref as it is.
+func (p *Provider) commitContainerdDir(ctx context.Context, builderID, ref string, commit container.CommitOptions) error {
+	rc, _, err := p.engine.CopyFromContainer(ctx, builderID, baseimage.ContainerdDir)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("docker: read %s out of builder %.12s: %w", baseimage.ContainerdDir, builderID, err)
+	}
+	defer rc.Close()
+	tmp, err := p.engine.ContainerCreate(ctx, &container.Config{Image: ref},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		return fmt.Errorf("docker: create a container of %s to add %s to: %w", ref, baseimage.ContainerdDir, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+		defer cancel()
+		if err := p.engine.ContainerRemove(rctx, tmp.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			p.log.Error("snapshot helper container not removed; remove it by hand", "container", tmp.ID, "err", err)
+		}
+	}()
+	if err := p.engine.CopyToContainer(ctx, tmp.ID, path.Dir(baseimage.ContainerdDir), rc, container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("docker: copy builder %.12s's %s into %s: %w", builderID, baseimage.ContainerdDir, ref, err)
+	}
+	if _, err := p.engine.ContainerCommit(ctx, tmp.ID, commit); err != nil {
+		return fmt.Errorf("docker: commit %s with %s: %w", ref, baseimage.ContainerdDir, err)
+	}
+	return nil
+}
+
 // DeleteBuilder implements imagecatalog.BuildAPI: the container and its
-// anonymous volumes go; one already gone is not an error.
+// volumes go; one already gone is not an error.
 func (p *Provider) DeleteBuilder(ctx context.Context, id string) error {
-	err := p.engine.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	c, err := p.engine.ContainerInspect(ctx, id)
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("docker: inspect builder %.12s: %w", id, err)
+	}
+	err = p.engine.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !(cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress")) {
 		return fmt.Errorf("docker: delete builder %.12s: %w", id, err)
 	}
-	return nil
+	return p.removeVolume(ctx, strings.TrimPrefix(c.Name, "/"), true)
 }

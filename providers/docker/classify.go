@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 )
 
 // Classification codes, stable: CA shows them as errorCode.
@@ -78,14 +79,15 @@ func (e *machineTooBigError) Error() string {
 }
 
 // bootError is a container that was created but could not be seeded or
-// started (an image without /sbin/init, say); it has been removed.
+// started (an image without prebake-container-init, say); it has been
+// removed with its volume.
 type bootError struct {
 	name string
 	err  error
 }
 
 func (e *bootError) Error() string {
-	return fmt.Sprintf("docker: container %q did not start (it was removed; does its image have /sbin/init?): %v", e.name, e.err)
+	return fmt.Sprintf("docker: container %q did not start (it was removed; does its image have %s, as the base image made by providers/docker/baseimage has?): %v", e.name, baseimage.InitPath, e.err)
 }
 
 func (e *bootError) Unwrap() error { return e.err }

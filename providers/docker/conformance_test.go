@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 	"github.com/prebake-dev/prebake/providers/providertest"
 )
 
@@ -129,7 +130,7 @@ func TestConformance(t *testing.T) {
 func foreignContainer(t *testing.T, c *client.Client, img, name string) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := c.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"/sbin/init"}, Labels: map[string]string{labelTest: "foreign"}}, nil, nil, nil, name)
+	_, err := c.ContainerCreate(ctx, &container.Config{Image: img, Entrypoint: []string{baseimage.InitPath}, Labels: map[string]string{labelTest: "foreign"}}, nil, nil, nil, name)
 	if err != nil {
 		t.Fatalf("create the foreign container %s: %v", name, err)
 	}

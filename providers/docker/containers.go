@@ -10,7 +10,6 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/network"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/prebake-dev/prebake/providers"
@@ -209,7 +208,7 @@ func (p *Provider) machineLabels(req providers.CreateRequest, mt providers.Machi
 
 // machineSeed is what a machine's container gets before it starts.
 func (p *Provider) machineSeed(req providers.CreateRequest, mt providers.MachineType, host hostInfo) []seedFile {
-	return append(nocloudSeed(req.Name, req.UserData), kubeletPatch(host, mt.MilliCPU, mt.MemoryBytes, mt.Pods))
+	return append(nocloudSeed(req.Name, req.UserData), kubeletPatch(host, mt, p.reserved))
 }
 
 // createContainer creates the machine's container, in its zone's network,
@@ -231,13 +230,17 @@ func (p *Provider) createContainer(ctx context.Context, req providers.CreateRequ
 	if err != nil {
 		return "", err
 	}
-	nc := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netID: {Aliases: []string{req.Name}}}}
-	resp, err := p.engine.ContainerCreate(ctx, bootConfig(imageRef, req.Name, p.machineLabels(req, mt)),
-		bootHostConfig(netID, p.devices, mt), nc, nil, name)
+	labels := p.machineLabels(req, mt)
+	if err := p.createVolume(ctx, name, labels); err != nil {
+		return "", err
+	}
+	cfg, hc, nc := p.nodeContainer(name, req.Name, imageRef, netID, []string{req.Name}, labels, mt)
+	resp, err := p.engine.ContainerCreate(ctx, cfg, hc, nc, nil, name)
 	switch {
 	case cerrdefs.IsConflict(err):
-		return "", nil
+		return "", nil // the earlier attempt's container has the volume
 	case err != nil:
+		p.removeVolumeAfterFailure(ctx, name, false)
 		return "", fmt.Errorf("docker: create container %q (group %q, type %s, zone %s, image %s): %w", name, req.Group, mt.Name, req.Location, imageRef, err)
 	}
 	for _, w := range resp.Warnings {
@@ -246,9 +249,23 @@ func (p *Provider) createContainer(ctx context.Context, req providers.CreateRequ
 	return resp.ID, nil
 }
 
+// removeVolumeAfterFailure removes name's containerd volume after a creation that failed,
+// also when ctx has ended.
+func (p *Provider) removeVolumeAfterFailure(ctx context.Context, name string, builder bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := p.removeVolume(rctx, name, builder); err != nil {
+		p.log.Error("volume of a container that failed to boot not removed; remove it by hand", "container", name, "err", err)
+	}
+}
+
 // boot writes files into the created container and starts it. A container
-// that can't be booted is removed, so a retry starts afresh.
+// that can't be booted is removed with its volume, so a retry starts afresh.
 func (p *Provider) boot(ctx context.Context, id, name string, files []seedFile) error {
+	return p.bootAs(ctx, id, name, files, false)
+}
+
+func (p *Provider) bootAs(ctx context.Context, id, name string, files []seedFile, builder bool) error {
 	tarball, err := seedArchive(files, time.Now())
 	if err == nil {
 		err = p.engine.CopyToContainer(ctx, id, "/", bytes.NewReader(tarball), container.CopyToContainerOptions{})
@@ -266,6 +283,8 @@ func (p *Provider) boot(ctx context.Context, id, name string, files []seedFile) 
 	defer cancel()
 	if rerr := p.engine.ContainerRemove(rctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !cerrdefs.IsNotFound(rerr) {
 		p.log.Error("container that failed to boot not removed; remove it by hand", "container", name, "err", rerr)
+	} else {
+		p.removeVolumeAfterFailure(ctx, name, builder)
 	}
 	return &bootError{name: name, err: err}
 }
@@ -329,8 +348,10 @@ func inspected(c container.InspectResponse) providers.Instance {
 }
 
 // Delete implements providers.Provider: the container goes, with its
-// anonymous volumes. One that is gone, or going, is not an error; one that
-// is not ours is refused.
+// anonymous volumes and its containerd volume. One that is gone is not an
+// error (its volume, should it be left, goes too); one that is not ours is
+// refused; one being removed already is left to that removal, and its volume
+// to the next Delete or Cleanup.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	name, err := providerid.Parse(id)
 	if err != nil {
@@ -341,17 +362,18 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	case err != nil:
 		return fmt.Errorf("docker: refusing to delete %s: %w", id, err)
 	case !found:
-		return nil
+		return p.removeVolume(ctx, name, false)
 	}
 	err = p.engine.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	switch {
-	case err == nil:
-	case cerrdefs.IsNotFound(err):
-		return nil
+	case err == nil, cerrdefs.IsNotFound(err):
 	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
 		return nil
 	default:
 		return fmt.Errorf("docker: delete container %q: %w", name, err)
+	}
+	if err := p.removeVolume(ctx, name, false); err != nil {
+		return err
 	}
 	p.log.Info("machine deleted", "group", c.Config.Labels[providers.LabelGroup], "instance", c.Config.Labels[providers.LabelMachine], "providerID", id)
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -65,6 +66,11 @@ type engine interface {
 	NetworkInspect(ctx context.Context, id string, options network.InspectOptions) (network.Inspect, error)
 	NetworkList(ctx context.Context, options network.ListOptions) ([]network.Summary, error)
 	NetworkRemove(ctx context.Context, id string) error
+
+	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
+	VolumeInspect(ctx context.Context, id string) (volume.Volume, error)
+	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
+	VolumeRemove(ctx context.Context, id string, force bool) error
 }
 
 var _ engine = (*client.Client)(nil)
@@ -96,11 +102,15 @@ type Options struct {
 	// Devices are host devices given to every machine; nil means
 	// DefaultDevices, each where this host has it.
 	Devices []string
-	// NodeRuntime is what the machines' nodes need as containers on a shared
-	// host (the kernel settings they can't make, containerd's sandbox image
-	// and registries, kubelet settings); the core renders it into their
-	// user-data (Capabilities).
+	// NodeRuntime is what the config adds to the runtime every node of this
+	// provider needs (IntrinsicNodeRuntime): containerd's sandbox image and
+	// registries, say. Capabilities declares the two merged, and the core
+	// renders that into every machine's user-data.
 	NodeRuntime bootstrap.Runtime
+	// Reserved is what the config's kubeReserved takes from a machine type
+	// in its template; the kubelet of each machine reserves the same
+	// (kubeletPatch), so the Node's allocatable is the template's.
+	Reserved providers.Reserved
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -119,6 +129,7 @@ type Provider struct {
 	capacity   map[string]int
 	devices    []string
 	runtime    bootstrap.Runtime
+	reserved   providers.Reserved
 	log        *slog.Logger
 
 	// capacityMu serialises the count-then-create of machines in zones with
@@ -229,7 +240,8 @@ func New(o Options) (*Provider, error) {
 		typeNames:  slices.Sorted(maps.Keys(types)),
 		capacity:   capacity,
 		devices:    devices,
-		runtime:    o.NodeRuntime,
+		runtime:    mergeRuntime(IntrinsicNodeRuntime(), o.NodeRuntime),
+		reserved:   o.Reserved,
 		log:        log.With("provider", "docker", "cluster", o.Cluster),
 	}, nil
 }
@@ -260,9 +272,16 @@ func (p *Provider) containerName(machine string) string { return p.namePrefix + 
 // Capabilities implements providers.Provider: a machine boots a catalog
 // image (a tag of ImageRepository) when its request names one, reads
 // user-data with cloud-init's NoCloud datasource, and is a container on a
-// shared host, whose node needs Options.NodeRuntime.
+// shared host, whose node needs IntrinsicNodeRuntime with
+// Options.NodeRuntime merged in.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit, NodeRuntime: p.runtime}
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit, NodeRuntime: p.NodeRuntime()}
+}
+
+// NodeRuntime is what every node (and builder) of this provider runs with: the intrinsic
+// runtime merged with the config's. Each call returns a copy.
+func (p *Provider) NodeRuntime() bootstrap.Runtime {
+	return mergeRuntime(p.runtime, bootstrap.Runtime{})
 }
 
 // TopologyLabels implements providers.Provider: nodes carry zone=<network>.
@@ -330,3 +349,7 @@ func (p *Provider) hostInfo(ctx context.Context) (hostInfo, error) {
 	p.host = &h
 	return h, nil
 }
+
+// Reserved is Options.Reserved: what each machine's kubelet reserves on top of the host
+// beyond its machine type.
+func (p *Provider) Reserved() providers.Reserved { return p.reserved }

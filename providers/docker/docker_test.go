@@ -17,10 +17,12 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 	"github.com/prebake-dev/prebake/providers/docker/providerid"
 )
 
@@ -78,6 +80,7 @@ func TestCreateBootsLikeAVM(t *testing.T) {
 	c := requireEngine(t)
 	o := testOptions(t, sleeperImage(t, c))
 	logs := &syncBuffer{}
+	o.Reserved = providers.Reserved{MilliCPU: 100, MemoryBytes: 256 << 20}
 	o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p := newTestProvider(t, o)
 	ctx := context.Background()
@@ -107,7 +110,7 @@ func TestCreateBootsLikeAVM(t *testing.T) {
 		t.Errorf("container is %s, want running", ci.State.Status)
 	}
 	cfg, hc := ci.Config, ci.HostConfig
-	if d := cmp.Diff([]string{"/sbin/init"}, []string(cfg.Entrypoint)); d != "" {
+	if d := cmp.Diff([]string{baseimage.InitPath}, []string(cfg.Entrypoint)); d != "" {
 		t.Errorf("entrypoint (-want +got):\n%s", d)
 	}
 	if len(cfg.Cmd) != 0 {
@@ -138,9 +141,10 @@ func TestCreateBootsLikeAVM(t *testing.T) {
 		{"CapAdd", []string(hc.CapAdd), []string{"ALL"}},
 		{"CapDrop", capNames(hc.CapDrop), []string{"SYS_RESOURCE"}},
 		{"SecurityOpt", hc.SecurityOpt, []string{"seccomp=unconfined", "apparmor=unconfined"}},
-		{"CgroupnsMode", string(hc.CgroupnsMode), "host"},
-		{"Binds", hc.Binds, []string{"/sys/fs/cgroup:/sys/fs/cgroup:rw"}},
-		{"Tmpfs", hc.Tmpfs, map[string]string{"/run": "exec", "/run/lock": "", "/tmp": "exec"}},
+		{"CgroupnsMode", string(hc.CgroupnsMode), "private"},
+		{"Binds", hc.Binds, []string(nil)},
+		{"Tmpfs", hc.Tmpfs, map[string]string{"/run": "rw,exec", "/run/lock": "rw", "/tmp": "rw,exec"}},
+		{"Sysctls", hc.Sysctls, baseimage.DefaultNodeSysctls},
 		{"NanoCPUs", hc.NanoCPUs, int64(500_000_000)},
 		{"Memory", hc.Memory, int64(256 << 20)},
 		{"MemorySwap", hc.MemorySwap, int64(256 << 20)},
@@ -149,6 +153,19 @@ func TestCreateBootsLikeAVM(t *testing.T) {
 	for _, ck := range checks {
 		if d := cmp.Diff(ck.want, ck.got); d != "" {
 			t.Errorf("HostConfig.%s (-want +got):\n%s", ck.what, d)
+		}
+	}
+	// containerd's root is the machine's own volume, labelled like it.
+	if len(hc.Mounts) != 1 || hc.Mounts[0].Type != "volume" || hc.Mounts[0].Source != name+"-containerd" || hc.Mounts[0].Target != baseimage.ContainerdDir {
+		t.Errorf("mounts %+v, want volume %s-containerd at %s", hc.Mounts, name, baseimage.ContainerdDir)
+	}
+	vol, err := c.VolumeInspect(ctx, name+"-containerd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range wantLabels {
+		if vol.Labels[k] != v {
+			t.Errorf("volume label %s = %q, want %q", k, vol.Labels[k], v)
 		}
 	}
 	var devs []string
@@ -188,14 +205,15 @@ func TestCreateBootsLikeAVM(t *testing.T) {
 	if !strings.Contains(string(nc), "config: disabled") {
 		t.Errorf("network-config %q does not turn cloud-init's network config off", nc)
 	}
-	// The kubelet's reservation is the host beyond the machine type.
+	// The kubelet's reservation is the host beyond the machine type, plus kubeReserved,
+	// less the kubelet's own eviction threshold.
 	info, err := c.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, patch := readFile(t, c, ci.ID, KubeletCapacityPatch)
-	wantCPU := fmt.Sprintf("cpu: %dm\n", int64(info.NCPU)*1000-testMachineType.MilliCPU)
-	wantMem := fmt.Sprintf("memory: \"%d\"\n", info.MemTotal-testMachineType.MemoryBytes)
+	wantCPU := fmt.Sprintf("cpu: %dm\n", int64(info.NCPU)*1000-testMachineType.MilliCPU+o.Reserved.MilliCPU)
+	wantMem := fmt.Sprintf("memory: \"%d\"\n", info.MemTotal-testMachineType.MemoryBytes+o.Reserved.MemoryBytes-EvictionHardMemory)
 	if !strings.Contains(string(patch), wantCPU) || !strings.Contains(string(patch), wantMem) || !strings.Contains(string(patch), "maxPods: 20\n") {
 		t.Errorf("kubelet patch:\n%s\nwant %q, %q and maxPods: 20", patch, wantCPU, wantMem)
 	}
@@ -263,7 +281,7 @@ func TestCatalogImageBoots(t *testing.T) {
 	}
 }
 
-// TestBootFailureLeavesNothing: an image that can't boot (no /sbin/init)
+// TestBootFailureLeavesNothing: an image that can't boot (no prebake-container-init)
 // fails Create, and its container is removed, so a retry starts afresh.
 func TestBootFailureLeavesNothing(t *testing.T) {
 	t.Parallel()
@@ -280,6 +298,9 @@ func TestBootFailureLeavesNothing(t *testing.T) {
 	}
 	if _, err := c.ContainerInspect(ctx, o.NamePrefix+"workers-boot1"); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("the container that failed to boot is still there (inspect: %v)", err)
+	}
+	if !volumeGone(t, c, o.NamePrefix+"workers-boot1-containerd") {
+		t.Error("the volume of the container that failed to boot is still there")
 	}
 	if cl := p.Classify(err); cl.Code != "boot_failed" || cl.Retryable {
 		t.Errorf("Classify = %+v", cl)
@@ -335,31 +356,35 @@ func TestCreateFinishesAnInterruptedCreate(t *testing.T) {
 	}
 }
 
-// TestDeleteRemovesContainerAndVolumes: Delete removes the container and
-// its anonymous volumes, refuses a container that is not ours, and takes a
-// gone one as done.
+// TestDeleteRemovesContainerAndVolumes: Delete removes the container, its
+// containerd volume and its anonymous volumes, removes the volume a machine
+// whose container is gone left, refuses a container that is not ours, and
+// takes a gone one as done. Cleanup removes a volume no container uses.
 func TestDeleteRemovesContainerAndVolumes(t *testing.T) {
 	t.Parallel()
 	c := requireEngine(t)
-	o := testOptions(t, sleeperImage(t, c, "VOLUME /var/lib/containerd"))
+	o := testOptions(t, sleeperImage(t, c, "VOLUME /data"))
 	p := newTestProvider(t, o)
 	ctx := context.Background()
 	in, err := p.Create(ctx, request("workers-vol01"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ci, err := c.ContainerInspect(ctx, o.NamePrefix+"workers-vol01")
+	name := o.NamePrefix + "workers-vol01"
+	ci, err := c.ContainerInspect(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var vols []string
+	named := false
 	for _, m := range ci.Mounts {
 		if m.Type == "volume" {
 			vols = append(vols, m.Name)
+			named = named || m.Name == name+"-containerd" && m.Destination == baseimage.ContainerdDir
 		}
 	}
-	if len(vols) != 1 {
-		t.Fatalf("mounts %+v: want one anonymous volume", ci.Mounts)
+	if len(vols) != 2 || !named {
+		t.Fatalf("mounts %+v: want the containerd volume %s-containerd and one anonymous volume", ci.Mounts, name)
 	}
 	if err := p.Delete(ctx, in.ProviderID); err != nil {
 		t.Fatal(err)
@@ -367,13 +392,48 @@ func TestDeleteRemovesContainerAndVolumes(t *testing.T) {
 	if _, err := c.ContainerInspect(ctx, ci.ID); !cerrdefs.IsNotFound(err) {
 		t.Errorf("container still there after Delete (inspect: %v)", err)
 	}
-	if !volumeGone(t, c, vols[0]) {
-		t.Errorf("anonymous volume %s left after Delete", vols[0])
-		_ = c.VolumeRemove(ctx, vols[0], true)
+	for _, v := range vols {
+		if !volumeGone(t, c, v) {
+			t.Errorf("volume %s left after Delete", v)
+			_ = c.VolumeRemove(ctx, v, true)
+		}
 	}
 	if err := p.Delete(ctx, in.ProviderID); err != nil {
 		t.Errorf("Delete of a gone machine: %v", err)
 	}
+
+	// A machine whose container is gone but whose volume is left (a process killed
+	// in between): Delete removes the volume; Cleanup removes another such one.
+	mkVolume := func(name string, labels map[string]string) {
+		t.Helper()
+		if _, err := c.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours := map[string]string{providers.LabelCluster: o.Cluster}
+	mkVolume(o.NamePrefix+"workers-vol02-containerd", ours)
+	if err := p.Delete(ctx, providerid.Format(o.NamePrefix+"workers-vol02")); err != nil {
+		t.Fatal(err)
+	}
+	if !volumeGone(t, c, o.NamePrefix+"workers-vol02-containerd") {
+		t.Error("Delete of a machine without a container left its volume")
+	}
+	mkVolume(o.NamePrefix+"workers-vol03-containerd", ours)
+	removed, err := p.Cleanup(ctx)
+	if err != nil || !slices.Contains(removed, "volume "+o.NamePrefix+"workers-vol03-containerd") {
+		t.Errorf("Cleanup = %v, %v; want the orphan volume removed", removed, err)
+	}
+	// A volume of the machine's name that another cluster labelled is left alone.
+	foreignVol := o.NamePrefix + "workers-vol04-containerd"
+	mkVolume(foreignVol, map[string]string{providers.LabelCluster: "someone-else"})
+	t.Cleanup(func() { _ = c.VolumeRemove(context.Background(), foreignVol, true) })
+	if err := p.Delete(ctx, providerid.Format(o.NamePrefix+"workers-vol04")); err == nil || !strings.Contains(err.Error(), "not the cluster's") {
+		t.Errorf("Delete with a foreign volume of its name = %v, want a refusal naming it", err)
+	}
+	if volumeGone(t, c, foreignVol) {
+		t.Error("a foreign volume was removed")
+	}
+
 	// The foreign container has an anonymous volume too: the test's own
 	// cleanup must not leak it (this check runs after that cleanup).
 	var foreignVols []string

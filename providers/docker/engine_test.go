@@ -28,9 +28,11 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 )
 
 // testPrefix starts every cluster name and image repository the tests make.
@@ -109,6 +111,13 @@ func sweep(c *client.Client) {
 			_ = c.NetworkRemove(ctx, n.ID)
 		}
 	}
+	vols, _ := c.VolumeList(ctx, volume.ListOptions{})
+	for _, v := range vols.Volumes {
+		created, err := time.Parse(time.RFC3339, v.CreatedAt)
+		if err == nil && created.Before(old) && (strings.HasPrefix(v.Labels[providers.LabelCluster], testPrefix) || strings.HasPrefix(v.Name, testPrefix)) {
+			_ = c.VolumeRemove(ctx, v.Name, true)
+		}
+	}
 	ims, _ := c.ImageList(ctx, image.ListOptions{All: true})
 	for _, im := range ims {
 		if time.Unix(im.Created, 0).After(old) {
@@ -122,11 +131,12 @@ func sweep(c *client.Client) {
 	}
 }
 
-// sleeperSource is the tests' /sbin/init: it sleeps until it is told to
+// sleeperSource is the tests' prebake-container-init (baseimage.InitPath): it sleeps until it is told to
 // stop (systemd's SIGRTMIN+3 among the signals). It also stands in for
 // cloud-init where a test needs it: user-data that starts with
 // "#prebake-test-report" has the rest written, a moment after boot, where
-// bootstrap's seal step writes a builder's report.
+// bootstrap's seal step writes a builder's report, and a file into
+// containerd's root (the volume), as a builder's pulled images.
 const sleeperSource = `package main
 
 import (
@@ -147,6 +157,8 @@ func main() {
 				_ = os.MkdirAll("/var/lib/prebake", 0o755)
 				_ = os.WriteFile("/var/lib/prebake/build-report.json.tmp", []byte(rest), 0o644)
 				_ = os.Rename("/var/lib/prebake/build-report.json.tmp", "/var/lib/prebake/build-report.json")
+				// What the builder's containerd would hold (its pod images), on its volume.
+				_ = os.WriteFile("/var/lib/containerd/prebake-test-content", []byte("baked\n"), 0o644)
 			}()
 		}
 	}
@@ -240,12 +252,13 @@ func removeImage(t testing.TB, c *client.Client, ref string) {
 	}
 }
 
-// sleeperImage makes an image whose /sbin/init is the sleeper, tagged for
+// sleeperImage makes an image whose baseimage.InitPath is the sleeper, tagged for
 // t alone.
 func sleeperImage(t testing.TB, c *client.Client, changes ...string) string {
 	t.Helper()
 	ref := fmt.Sprintf("%simg-%s-%d:sleeper", testPrefix, runID, clusterSeq.Add(1))
-	importImage(t, c, ref, []tarFile{{name: "sbin/", mode: 0o755, dir: true}, {name: "sbin/init", mode: 0o755, body: sleeper(t)}}, changes...)
+	importImage(t, c, ref, []tarFile{{name: "usr/", mode: 0o755, dir: true}, {name: "usr/local/", mode: 0o755, dir: true},
+		{name: "usr/local/sbin/", mode: 0o755, dir: true}, {name: strings.TrimPrefix(baseimage.InitPath, "/"), mode: 0o755, body: sleeper(t)}}, changes...)
 	return ref
 }
 
@@ -326,6 +339,19 @@ func cleanCluster(t testing.TB, c *client.Client, o Options) {
 	}
 	if left, _ := c.NetworkList(ctx, network.ListOptions{Filters: byCluster}); len(left) > 0 {
 		t.Errorf("cleanup: %d networks of cluster %s left", len(left), o.Cluster)
+	}
+	// The containerd volumes of the machines the test left (the provider's Delete removes
+	// them; tests that check that do so themselves) and of builders, by name.
+	vols, err := c.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		t.Errorf("cleanup: list volumes: %v", err)
+	}
+	for _, v := range vols.Volumes {
+		if v.Labels[providers.LabelCluster] == o.Cluster || strings.HasPrefix(v.Name, o.NamePrefix) {
+			if err := c.VolumeRemove(ctx, v.Name, true); err != nil && !cerrdefs.IsNotFound(err) {
+				t.Errorf("cleanup: remove volume %s: %v", v.Name, err)
+			}
+		}
 	}
 }
 

@@ -16,11 +16,13 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
+	"github.com/prebake-dev/prebake/providers/docker/baseimage"
 )
 
 // testReport is a report that passes imagecatalog.Verify for spec.
@@ -114,8 +116,31 @@ func TestBuildPromoteRollbackGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inspect.Config.Labels[imagecatalog.LabelInputsHash] != first.Image.InputsHash || len(inspect.Config.Entrypoint) != 1 || inspect.Config.Entrypoint[0] != "/sbin/init" {
+	if inspect.Config.Labels[imagecatalog.LabelInputsHash] != first.Image.InputsHash || len(inspect.Config.Entrypoint) != 1 || inspect.Config.Entrypoint[0] != baseimage.InitPath {
 		t.Errorf("committed image config: labels %v entrypoint %v", inspect.Config.Labels, inspect.Config.Entrypoint)
+	}
+
+	// The builder's volume is gone, and its content (containerd's root) is in the image:
+	// a machine booted from it finds it on its own new volume.
+	if vols, err := c.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", imagecatalog.LabelBuilder))}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, v := range vols.Volumes {
+			if strings.HasPrefix(v.Name, o.NamePrefix) {
+				t.Errorf("the builder's volume %s is left", v.Name)
+			}
+		}
+	}
+	baked, err := p.Create(ctx, providers.CreateRequest{Name: "workers-baked", Group: "workers", MachineType: testMachineType.Name,
+		Location: "zone-a", Image: first.Image.ID, ImageKind: providers.ImagePrebaked, UserData: []byte("#cloud-config\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, body := readFile(t, c, o.NamePrefix+"workers-baked", baseimage.ContainerdDir+"/prebake-test-content"); string(body) != "baked\n" {
+		t.Errorf("containerd content of a machine of the image = %q, want the builder's", body)
+	}
+	if err := p.Delete(ctx, baked.ProviderID); err != nil {
+		t.Fatal(err)
 	}
 
 	again := build(0)

@@ -93,8 +93,9 @@ func (p *Provider) findNetwork(ctx context.Context, name, zone string) (string, 
 }
 
 // Cleanup removes what the provider owns and no longer uses: each zone
-// network of the cluster that no container is attached to, and label
-// records (images.go) whose image is gone. It returns what it removed. It
+// network of the cluster that no container is attached to, containerd
+// volumes of the cluster whose container is gone, and label records
+// (images.go) whose image is gone. It returns what it removed. It
 // never removes a network that a Create of this process is about to use,
 // and a later Create makes the network again, so it is safe at any time:
 // at shutdown, after a test, or now and then.
@@ -141,6 +142,11 @@ func (p *Provider) Cleanup(ctx context.Context) (removed []string, err error) {
 			errs = append(errs, fmt.Errorf("docker: remove network %q: %w", n.Name, err))
 		}
 	}
+	vols, err := p.orphanVolumes(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	removed = append(removed, vols...)
 	recs, err := p.orphanRecords(ctx)
 	if err != nil {
 		errs = append(errs, err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/providers"
 )
 
 // cloud-init's NoCloud data source reads its seed from this directory; the
@@ -51,16 +52,26 @@ func nocloudSeed(name string, userData []byte) []seedFile {
 	}
 }
 
-// kubeletPatch reserves what the host has beyond the machine type: a kubelet
-// in a container reports the host's CPUs and memory as its capacity, and
-// allocatable is capacity less the reservations.
-func kubeletPatch(host hostInfo, milliCPU, memoryBytes, maxPods int64) seedFile {
+// EvictionHardMemory is the kubelet's default hard eviction threshold for memory
+// (memory.available<100Mi), which it takes from allocatable itself.
+const EvictionHardMemory = 100 << 20
+
+// kubeletPatch makes the kubelet's allocatable the template's: a kubelet in a container
+// reports the host's CPUs and memory as its capacity, and allocatable is capacity less
+// systemReserved, kubeReserved and the hard eviction threshold. So systemReserved holds
+// back what the host has beyond the machine type, plus the config's kubeReserved (which
+// the template takes from the machine type), less the eviction threshold the kubelet
+// subtracts on its own. Then allocatable = machine type - kubeReserved, as in the template.
+func kubeletPatch(host hostInfo, mt providers.MachineType, reserved providers.Reserved) seedFile {
+	cpu := max(host.milliCPU-mt.MilliCPU+reserved.MilliCPU, 0)
+	mem := max(host.memoryBytes-mt.MemoryBytes+reserved.MemoryBytes-EvictionHardMemory, 0)
 	var b strings.Builder
 	b.WriteString("# prebake docker provider: this kubelet reports the host's CPUs and memory as capacity;\n")
-	b.WriteString("# systemReserved holds back the part beyond the machine type, so allocatable is the machine type's.\n")
-	fmt.Fprintf(&b, "systemReserved:\n  cpu: %dm\n  memory: \"%d\"\n", max(host.milliCPU-milliCPU, 0), max(host.memoryBytes-memoryBytes, 0))
-	if maxPods > 0 {
-		fmt.Fprintf(&b, "maxPods: %d\n", maxPods)
+	b.WriteString("# systemReserved holds back the host beyond the machine type plus kubeReserved (less the\n")
+	b.WriteString("# kubelet's own memory eviction threshold), so allocatable is the node group template's.\n")
+	fmt.Fprintf(&b, "systemReserved:\n  cpu: %dm\n  memory: \"%d\"\n", cpu, mem)
+	if mt.Pods > 0 {
+		fmt.Fprintf(&b, "maxPods: %d\n", mt.Pods)
 	}
 	return seedFile{KubeletCapacityPatch, 0o644, []byte(b.String())}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -125,7 +126,9 @@ func TestSeedArchive(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	host := hostInfo{milliCPU: 8000, memoryBytes: 32 << 30}
-	files := append(nocloudSeed("workers-a1", []byte("#cloud-config\nsecret\n")), kubeletPatch(host, 2000, 4<<30, 0))
+	mt := providers.MachineType{Name: "m", MilliCPU: 2000, MemoryBytes: 4 << 30}
+	reserved := providers.Reserved{MilliCPU: 100, MemoryBytes: 256 << 20}
+	files := append(nocloudSeed("workers-a1", []byte("#cloud-config\nsecret\n")), kubeletPatch(host, mt, reserved))
 	b, err := seedArchive(files, now)
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +159,22 @@ func TestSeedArchive(t *testing.T) {
 		"var/lib/cloud/seed/nocloud/network-config": {0o644, "network:\n  config: disabled\n"},
 		"etc/prebake/kubeadm-patches/kubeletconfigurationdockercapacity+merge.yaml": {0o644,
 			"# prebake docker provider: this kubelet reports the host's CPUs and memory as capacity;\n" +
-				"# systemReserved holds back the part beyond the machine type, so allocatable is the machine type's.\n" +
-				"systemReserved:\n  cpu: 6000m\n  memory: \"30064771072\"\n"},
+				"# systemReserved holds back the host beyond the machine type plus kubeReserved (less the\n" +
+				"# kubelet's own memory eviction threshold), so allocatable is the node group template's.\n" +
+				"systemReserved:\n  cpu: 6100m\n  memory: \"30228348928\"\n"},
+	}
+	// The kubelet's allocatable (capacity = the host, less systemReserved, less its
+	// 100Mi eviction threshold) is the template's (the machine type less kubeReserved).
+	if got, want := host.memoryBytes-30228348928-EvictionHardMemory, mt.MemoryBytes-reserved.MemoryBytes; got != want {
+		t.Errorf("the kubelet's allocatable memory would be %d, the template's is %d", got, want)
+	}
+	if got, want := host.milliCPU-6100, mt.MilliCPU-reserved.MilliCPU; got != want {
+		t.Errorf("the kubelet's allocatable cpu would be %dm, the template's is %dm", got, want)
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("seed archive (-want +got):\n%s", d)
 	}
-	if p := kubeletPatch(host, 9000, 1, 30); !strings.Contains(string(p.body), "cpu: 0m") || !strings.Contains(string(p.body), "maxPods: 30") {
+	if p := kubeletPatch(host, providers.MachineType{MilliCPU: 9000, MemoryBytes: 1, Pods: 30}, providers.Reserved{}); !strings.Contains(string(p.body), "cpu: 0m") || !strings.Contains(string(p.body), "maxPods: 30") {
 		t.Errorf("patch of a type beyond the host:\n%s", p.body)
 	}
 	if _, err := seedArchive([]seedFile{{"relative", 0o644, nil}}, now); err == nil {
@@ -204,5 +216,57 @@ func TestInstanceStates(t *testing.T) {
 	}
 	if in := instance("x1", nil, "running", "", time.Time{}); in.Name != "x1" || in.ImageKind != providers.ImageRuntimeInstall {
 		t.Errorf("unlabelled: %+v", in)
+	}
+}
+
+// TestCapabilitiesDeclareTheNodeRuntime: every node of the provider gets the runtime a
+// container on a shared host needs, whatever the config says, with the config's sandbox
+// image, registries and kubelet keys merged in; the provider's copy can't be changed
+// through what it returns.
+func TestCapabilitiesDeclareTheNodeRuntime(t *testing.T) {
+	t.Parallel()
+	bare, err := New(Options{Cluster: "c", BaseImage: "base:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(IntrinsicNodeRuntime(), bare.Capabilities().NodeRuntime); d != "" {
+		t.Errorf("runtime without config (-want +got):\n%s", d)
+	}
+	given := bootstrap.Runtime{
+		SandboxImage:          "172.18.0.1:5000/prebake/pause:1",
+		Registries:            []bootstrap.Registry{{Host: "172.18.0.1:5000", Endpoint: "http://172.18.0.1:5000"}},
+		Kubelet:               map[string]any{"serializeImagePulls": false},
+		IgnorePreflightErrors: []string{"SystemVerification", "Swap"},
+	}
+	p, err := New(Options{Cluster: "c", BaseImage: "base:1", NodeRuntime: given})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := p.Capabilities()
+	if !caps.BootsImages || caps.UserData != providers.UserDataCloudInit {
+		t.Errorf("capabilities %+v", caps)
+	}
+	want := bootstrap.Runtime{
+		SharedKernel: true, RestrictOOMScoreAdj: true,
+		SandboxImage: given.SandboxImage, Registries: given.Registries,
+		Kubelet:               map[string]any{"failCgroupV1": false, "serializeImagePulls": false},
+		IgnorePreflightErrors: []string{"SystemVerification", "Swap"},
+		PodNetwork:            &bootstrap.PodNetwork{},
+	}
+	if d := cmp.Diff(want, caps.NodeRuntime); d != "" {
+		t.Errorf("merged runtime (-want +got):\n%s", d)
+	}
+	caps.NodeRuntime.Kubelet["failCgroupV1"] = true
+	caps.NodeRuntime.PodNetwork.Bridge = "changed"
+	if d := cmp.Diff(want, p.Capabilities().NodeRuntime); d != "" {
+		t.Errorf("a caller changed the provider's runtime (-want +got):\n%s", d)
+	}
+	// The config's kubelet keys win over the intrinsic ones.
+	q, err := New(Options{Cluster: "c", BaseImage: "base:1", NodeRuntime: bootstrap.Runtime{Kubelet: map[string]any{"failCgroupV1": true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := q.Capabilities().NodeRuntime.Kubelet["failCgroupV1"]; v != true {
+		t.Errorf("failCgroupV1 = %v, want the config's true", v)
 	}
 }

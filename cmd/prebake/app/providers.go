@@ -306,6 +306,8 @@ func newDocker(_ context.Context, cfg *config.Config, d Deps) (Built, error) {
 		NamePrefix:      k.ContainerNamePrefix,
 		MachineTypes:    k.MachineTypeList(),
 		Capacity:        k.Capacity,
+		NodeRuntime:     k.NodeRuntime(),
+		Reserved:        cfg.Reserved(),
 		Logger:          d.Logger,
 	})
 	if err != nil {

@@ -235,9 +235,15 @@ func TestContainerInitIsValidShell(t *testing.T) {
 
 func TestNodeContainer(t *testing.T) {
 	cfg, host, net := NodeContainer(NodeSpec{Name: "n1", Image: "img", Network: "netw", Volume: "n1-containerd",
-		Labels: map[string]string{"prebake.dev/cluster": "c"}, NanoCPUs: 2e9, MemoryBytes: 1 << 30})
+		Labels: map[string]string{"prebake.dev/cluster": "c"}, NanoCPUs: 2e9, MemoryBytes: 1 << 30, Aliases: []string{"n1"}})
 	if cfg.Hostname != "n1" || cfg.Image != "img" || cfg.StopSignal != "SIGRTMIN+3" || cfg.Labels["prebake.dev/cluster"] != "c" {
 		t.Errorf("config = %+v", cfg)
+	}
+	if !slices.Equal(cfg.Entrypoint, []string{InitPath}) || len(cfg.Cmd) != 0 {
+		t.Errorf("entrypoint %q cmd %q, want %s alone", cfg.Entrypoint, cfg.Cmd, InitPath)
+	}
+	if host.MemorySwap != 1<<30 {
+		t.Errorf("memory swap %d, want the memory limit (no swap)", host.MemorySwap)
 	}
 	if host.Privileged || !slices.Equal(host.CapDrop, []string{"SYS_RESOURCE"}) || !host.CgroupnsMode.IsPrivate() {
 		t.Errorf("host config: privileged %v, cap drop %v, cgroupns %q: want unprivileged, SYS_RESOURCE dropped, private",
@@ -255,7 +261,7 @@ func TestNodeContainer(t *testing.T) {
 	if host.NanoCPUs != 2e9 || host.Memory != 1<<30 || host.Sysctls["net.ipv4.ip_forward"] != "1" {
 		t.Errorf("resources/sysctls = %d %d %v", host.NanoCPUs, host.Memory, host.Sysctls)
 	}
-	if _, ok := net.EndpointsConfig["netw"]; !ok {
-		t.Errorf("networking = %+v", net)
+	if ep, ok := net.EndpointsConfig["netw"]; !ok || !slices.Equal(ep.Aliases, []string{"n1"}) {
+		t.Errorf("networking = %+v, want netw with alias n1", net)
 	}
 }
