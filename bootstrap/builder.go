@@ -36,7 +36,16 @@ type BuilderInput struct {
 	// or ReportToFile. "" picks the provider's: the guest attribute on gce, the file on
 	// docker, SSH elsewhere.
 	Report string
+	// Images are container images (references such as 172.18.0.1:5000/prebake/pause:1)
+	// pulled into containerd's k8s.io namespace after the install step configured it, so a
+	// node booted from the image has them before its first pod: the pod sandbox image, say.
+	// They are pulled through containerd's registry host config (Runtime.Registries).
+	Images []string
 }
+
+// BuilderImagesNamespace is the containerd namespace the builder pulls Images into: the
+// CRI plugin's, where the kubelet finds them.
+const BuilderImagesNamespace = "k8s.io"
 
 // Report transports. A builder holds no credential of the cloud's, so it cannot label its
 // own server; the report leaves it another way.
@@ -147,6 +156,8 @@ func RenderBuilder(in BuilderInput) (UserData, error) {
 	var b strings.Builder
 	writePrelude(&b, fmt.Sprintf("prebake image builder for %s: install, then seal: clean up and report (%s). It holds no secret.",
 		ni.Provider, BuildReportPath), ni, configure, nil)
+	fmt.Fprintf(&b, "PREBAKE_BUILDER_IMAGES=%s\nPREBAKE_IMAGES_NAMESPACE=%s\nPREBAKE_HOSTS_DIR=%s\n\n",
+		shQuote(strings.Join(in.Images, " ")), shQuote(BuilderImagesNamespace), shQuote(ContainerdHostsDir))
 	b.WriteString(functions)
 	b.WriteString(builderScript)
 	script := []byte(b.String())
@@ -186,6 +197,16 @@ func (in BuilderInput) validate() (Input, error) {
 	}
 	if len(in.Components) == 0 {
 		bad("components: at least one is required (a builder with nothing to install makes no image)")
+	}
+	seenImage := map[string]bool{}
+	for i, ref := range in.Images {
+		if !imageRef.MatchString(ref) {
+			bad("images[%d] %q: want an image reference such as 172.18.0.1:5000/prebake/pause:1", i, ref)
+		}
+		if seenImage[ref] {
+			bad("images[%d] %q: listed twice", i, ref)
+		}
+		seenImage[ref] = true
 	}
 	ni := Input{
 		Provider:   in.Provider,

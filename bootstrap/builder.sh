@@ -2,7 +2,8 @@
 # --- the image builder: runs after node.sh's functions, instead of its main call -----------
 # A builder is a server booted from a base image to become an image. Its steps:
 #   install  node.sh's phases without the join: install every component, write the kernel
-#            settings, containerd's and the kubelet's config, and the image manifest;
+#            settings, containerd's and the kubelet's config, pull the container images the
+#            image holds into containerd, and write the image manifest;
 #   cleanup  remove what first boot made and every node must make again (SSH host keys, the
 #            machine id, cloud-init's instance state), the SSH keys that let prebake in, and
 #            what is dead weight (apt lists and caches, logs);
@@ -37,12 +38,26 @@ builder_phase_record() {
 	P_DETAIL="manifest $MANIFEST"
 }
 
+# The container images the image holds (BuilderInput.Images): pulled into containerd's CRI
+# namespace through its registry host config, once containerd runs with the configuration
+# every node of the image gets.
+builder_phase_images() {
+	n=0
+	for ref in $PREBAKE_BUILDER_IMAGES; do
+		host ctr -n "$PREBAKE_IMAGES_NAMESPACE" images pull --hosts-dir "$PREBAKE_HOSTS_DIR" "$ref" >/dev/null ||
+			fail "ctr images pull $ref failed: is its registry reachable from the builder, and listed in the runtime's registries if it is plain HTTP?"
+		n=$((n + 1))
+	done
+	P_DETAIL="$n images in containerd namespace $PREBAKE_IMAGES_NAMESPACE${PREBAKE_BUILDER_IMAGES:+: $PREBAKE_BUILDER_IMAGES}"
+}
+
 builder_install() {
 	run_phase manifest phase_manifest
 	run_phase plan phase_plan
 	run_phase quiet-apt builder_phase_quiet_apt
 	run_phase install phase_install
 	run_phase configure phase_configure
+	if [ -n "$PREBAKE_BUILDER_IMAGES" ]; then run_phase images builder_phase_images; fi
 	run_phase record builder_phase_record
 	PHASE="done"
 	RESULT=ok
