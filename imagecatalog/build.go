@@ -83,6 +83,10 @@ type BuildSpec struct {
 	// Components are the requested versions; DefaultManifest fills in the
 	// kernel settings.
 	Components map[string]string `yaml:"components" json:"components"`
+	// ContainerImages are pulled into the builder's containerd, so nodes of
+	// the image have them (the pod sandbox image, say). They count through the
+	// user-data that pulls them.
+	ContainerImages []string `yaml:"containerImages,omitempty" json:"containerImages,omitempty"`
 	// UserData is the runtime-install user-data the builder boots with.
 	UserData []byte `yaml:"-" json:"-"`
 	// Channel is where the build is published; default candidate.

@@ -34,6 +34,7 @@ type recipeImage struct {
 	BuilderLocation string            `yaml:"builderLocation"`
 	UserDataFile    string            `yaml:"userDataFile"`
 	Components      map[string]string `yaml:"components"`
+	ContainerImages []string          `yaml:"containerImages"`
 	Channel         string            `yaml:"channel"`
 }
 
@@ -41,7 +42,8 @@ type recipeImage struct {
 // returns its build specs, each with its userDataFile read (a relative path
 // is relative to the recipe). An image without userDataFile gets no
 // UserData here: the caller renders bootstrap's builder user-data from its
-// components (cmd/prebake does; imagecatalog does not import bootstrap).
+// components and containerImages (cmd/prebake does; imagecatalog does not
+// import bootstrap).
 func LoadRecipe(path string) ([]BuildSpec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -73,7 +75,7 @@ func LoadRecipe(path string) ([]BuildSpec, error) {
 		}
 		s := BuildSpec{OS: ri.OS, OSVersion: ri.OSVersion, K8s: v, Arch: ri.Arch, Provider: ri.Provider, Location: ri.Location,
 			BaseImage: ri.BaseImage, MachineType: ri.MachineType, BuilderLocation: ri.BuilderLocation,
-			Components: ri.Components, Channel: ri.Channel}
+			Components: ri.Components, ContainerImages: ri.ContainerImages, Channel: ri.Channel}
 		n := Name{OS: s.OS, OSVersion: s.OSVersion, K8s: v, Arch: s.Arch}
 		// Any build time will do to check the rest of the name.
 		n.Built = n.Built.AddDate(2000, 0, 0)
@@ -104,6 +106,14 @@ func LoadRecipe(path string) ([]BuildSpec, error) {
 			// The builder user-data prebake renders is cloud-init running apt; these
 			// families boot Ignition and have no apt.
 			errs = append(errs, fmt.Errorf("%s.userDataFile: a %s image needs its builder's Ignition config here (one that places the %s and writes the build report, docs/os-images.md); prebake renders cloud-init builders only", where, ri.OS, SysextComponent))
+		}
+		for j, ref := range ri.ContainerImages {
+			if ref == "" || strings.ContainsAny(ref, " \t\n") {
+				errs = append(errs, fmt.Errorf("%s.containerImages[%d] %q: want an image reference such as 172.18.0.1:5000/prebake/pause:1", where, j, ref))
+			}
+		}
+		if len(ri.ContainerImages) > 0 && ri.UserDataFile != "" {
+			errs = append(errs, fmt.Errorf("%s.containerImages: prebake pulls them in the builder user-data it renders; with userDataFile, pull them in that file and leave containerImages out", where))
 		}
 		if ri.UserDataFile != "" {
 			p := ri.UserDataFile

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +68,16 @@ func TestLoadRecipe(t *testing.T) {
 		t.Error("changing the user-data does not change the inputs hash")
 	}
 
+	// containerImages are read for the CLI's builder user-data.
+	withImages := strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: [172.18.0.1:5000/prebake/pause:1]\n", 1)
+	specs, err = LoadRecipe(writeRecipeFiles(t, recipeText(withImages)))
+	if err != nil || len(specs) != 1 || !slices.Equal(specs[0].ContainerImages, []string{"172.18.0.1:5000/prebake/pause:1"}) {
+		t.Fatalf("recipe with containerImages: %+v, %v", specs, err)
+	}
+
 	for name, tt := range map[string]struct{ recipe, want string }{
+		"images and file": {recipeText(goodImage + "    containerImages: [r:5000/pause:1]\n"), "images[0].containerImages: prebake pulls them"},
+		"empty image":     {recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: [\"\"]\n", 1)), `images[0].containerImages[0] "": want an image reference`},
 		"unknown field":   {recipeText(strings.Replace(goodImage, "arch: amd64", "arch: amd64\n    archh: x", 1)), "field archh not found"},
 		"bad version":     {recipeText(strings.Replace(goodImage, "1.34.2", "1.34", 1)), "images[0].kubernetes"},
 		"bad arch":        {recipeText(strings.Replace(goodImage, "amd64", "x86", 1)), "images[0]"},

@@ -459,7 +459,7 @@ func TestImagesCLIBuildRendersTheBuilder(t *testing.T) {
 	if len(seen) != 1 {
 		t.Fatalf("%d builders reported, want 1", len(seen))
 	}
-	want, err := builderUserData(imagecatalog.BuildSpec{Provider: "hcloud", Components: cliVersions()})
+	want, err := builderUserData(imagecatalog.BuildSpec{Provider: "hcloud", Components: cliVersions()}, builderSources{})
 	if err != nil {
 		t.Fatal(err)
 	}

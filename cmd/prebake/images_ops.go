@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -247,18 +245,25 @@ func (b *buildFlags) open(cmd *cobra.Command) (imagesEnv, []imagecatalog.BuildSp
 	if err != nil {
 		return imagesEnv{}, nil, nil, err
 	}
-	specs, err := b.specs()
-	if err != nil {
+	if _, err := imagecatalog.LoadRecipe(b.recipe); err != nil {
 		return imagesEnv{}, nil, nil, err
 	}
 	cloud, _, _, err := cloudOf(cmd)
 	if err != nil {
 		return imagesEnv{}, nil, nil, err
 	}
+	src, err := builderSourcesOf(cmd, cloud)
+	if err != nil {
+		return imagesEnv{}, nil, nil, err
+	}
+	specs, err := b.specs(src)
+	if err != nil {
+		return imagesEnv{}, nil, nil, err
+	}
 	return env, specs, cloud, nil
 }
 
-func (b *buildFlags) specs() ([]imagecatalog.BuildSpec, error) {
+func (b *buildFlags) specs(src builderSources) ([]imagecatalog.BuildSpec, error) {
 	specs, err := imagecatalog.LoadRecipe(b.recipe)
 	if err != nil {
 		return nil, err
@@ -267,7 +272,7 @@ func (b *buildFlags) specs() ([]imagecatalog.BuildSpec, error) {
 		if specs[i].UserData != nil {
 			continue
 		}
-		if specs[i].UserData, err = builderUserData(specs[i]); err != nil {
+		if specs[i].UserData, err = builderUserData(specs[i], src); err != nil {
 			return nil, fmt.Errorf("%s: images[%d] (no userDataFile): %w", b.recipe, i, err)
 		}
 	}
@@ -287,23 +292,6 @@ func (b *buildFlags) specs() ([]imagecatalog.BuildSpec, error) {
 		return nil, fmt.Errorf("--only %v matches no image of %s", b.only, b.recipe)
 	}
 	return out, nil
-}
-
-// builderUserData is bootstrap's builder user-data for an image whose recipe names no
-// userDataFile: every component is installed as the apt package of its own name at its
-// exact version (the base image's apt sources must offer them, see docs/images.md), then
-// the builder cleans up and writes its report.
-func builderUserData(s imagecatalog.BuildSpec) ([]byte, error) {
-	m := s.Manifest()
-	var comps []bootstrap.Component
-	for _, name := range slices.Sorted(maps.Keys(m.Components)) {
-		comps = append(comps, bootstrap.Component{Name: name, Version: m.Components[name]})
-	}
-	ud, err := bootstrap.RenderBuilder(bootstrap.BuilderInput{Provider: s.Provider, Components: comps, Sysctls: m.Sysctls, Modules: m.Modules})
-	if err != nil {
-		return nil, err
-	}
-	return ud.CloudConfig, nil
 }
 
 func newImagesBuildCommand() *cobra.Command {
