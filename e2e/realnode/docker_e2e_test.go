@@ -1,5 +1,3 @@
-//go:build e2e
-
 package realnode
 
 import (
@@ -9,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -23,153 +21,207 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/prebake-dev/prebake/providers"
 )
 
-// LabelCluster marks everything a run creates in the engine, so cleanup finds it by label;
-// LabelOwnerPID names the test process, so the next run removes what a killed one left.
-const (
-	LabelCluster  = "prebake.dev/cluster"
-	LabelOwnerPID = "prebake.dev/e2e-owner-pid"
-)
+// Everything a world makes in the engine is named or labelled after it: its name is
+// "prn<pid>-<hex>" (the pid of the process that made it), every cluster of it is
+// "<name>-<suffix>" (the prebake.dev/cluster label of what the docker provider makes, and the
+// start of its container, volume and image names), and its own network carries
+// LabelCluster=<name>. A world whose process is gone (a test binary killed by a signal runs
+// no cleanup) is removed by the next world that starts.
+const LabelCluster = providers.LabelCluster
 
-// engine is the Docker Engine API for one run: every container, volume and network it makes
-// carries LabelCluster=cluster.
-type engine struct {
-	c       *client.Client
-	cluster string
-	images  []string // removed after the containers, at cleanup
+var worldName = regexp.MustCompile(`^prn([0-9]+)-[0-9a-f]+`)
+
+// ownerAlive reports whether the world that s belongs to has a live process; s that belongs
+// to no world is reported alive (left alone).
+func ownerAlive(s string) (string, bool) {
+	m := worldName.FindStringSubmatch(s)
+	if m == nil {
+		return "", true
+	}
+	pid, err := strconv.Atoi(m[1])
+	if err != nil || pid <= 0 {
+		return m[0], false
+	}
+	return m[0], !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
-func newEngine(t *testing.T, cluster string) *engine {
-	t.Helper()
-	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		missingPrereq(t, fmt.Sprintf("no Docker client: %v", err))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Ping(ctx); err != nil {
-		missingPrereq(t, fmt.Sprintf("the Docker engine does not answer (%v)", err))
-	}
-	e := &engine{c: c, cluster: cluster}
-	if err := reapOrphans(ctx, c); err != nil {
-		t.Fatalf("remove what killed runs left in the engine: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := e.removeAll(context.Background()); err != nil {
-			t.Errorf("clean up the engine: %v", err)
+// reapDead removes everything of worlds whose process is gone.
+func reapDead(ctx context.Context, c *client.Client) error {
+	dead := map[string]bool{}
+	note := func(s string) {
+		if w, alive := ownerAlive(s); !alive {
+			dead[w] = true
 		}
-		for _, id := range e.images {
-			if _, err := c.ImageRemove(context.Background(), id, image.RemoveOptions{}); err != nil {
-				t.Errorf("remove image %s: %v", id, err)
+	}
+	cs, err := c.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return err
+	}
+	for _, x := range cs {
+		note(x.Labels[LabelCluster])
+		for _, n := range x.Names {
+			note(strings.TrimPrefix(n, "/"))
+		}
+	}
+	vs, err := c.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, v := range vs.Volumes {
+		note(v.Name)
+		note(v.Labels[LabelCluster])
+	}
+	ns, err := c.NetworkList(ctx, network.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		note(n.Labels[LabelCluster])
+		note(strings.TrimPrefix(n.Name, "prebake-"))
+	}
+	ims, err := c.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, im := range ims {
+		for _, ref := range im.RepoTags {
+			note(ref)
+		}
+	}
+	var errs []error
+	for w := range dead {
+		errs = append(errs, removeWorld(ctx, c, w))
+	}
+	return errors.Join(errs...)
+}
+
+// removeWorld removes every container (with its volumes), volume, network and image whose
+// name or cluster label starts with prefix, and reports what it could not remove.
+func removeWorld(ctx context.Context, c *client.Client, prefix string) error {
+	has := func(s string) bool { return s != "" && strings.HasPrefix(s, prefix) }
+	var errs []error
+	keep := func(err error) {
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	cs, err := c.ContainerList(ctx, container.ListOptions{All: true})
+	keep(err)
+	for _, x := range cs {
+		match := has(x.Labels[LabelCluster])
+		for _, n := range x.Names {
+			match = match || has(strings.TrimPrefix(n, "/"))
+		}
+		if match {
+			keep(c.ContainerRemove(ctx, x.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}))
+		}
+	}
+	vs, err := c.VolumeList(ctx, volume.ListOptions{})
+	keep(err)
+	for _, v := range vs.Volumes {
+		if has(v.Name) || has(v.Labels[LabelCluster]) {
+			keep(c.VolumeRemove(ctx, v.Name, true))
+		}
+	}
+	ns, err := c.NetworkList(ctx, network.ListOptions{})
+	keep(err)
+	for _, n := range ns {
+		if has(n.Labels[LabelCluster]) || has(strings.TrimPrefix(n.Name, "prebake-")) {
+			keep(c.NetworkRemove(ctx, n.ID))
+		}
+	}
+	ims, err := c.ImageList(ctx, image.ListOptions{})
+	keep(err)
+	for _, im := range ims {
+		for _, ref := range im.RepoTags {
+			if has(ref) {
+				_, err := c.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
+				keep(err)
 			}
 		}
-		c.Close()
-	})
-	return e
+	}
+	return errors.Join(errs...)
 }
 
-func (e *engine) labels(extra map[string]string) map[string]string {
-	l := map[string]string{LabelCluster: e.cluster, LabelOwnerPID: strconv.Itoa(os.Getpid())}
-	for k, v := range extra {
-		l[k] = v
-	}
-	return l
-}
-
-func (e *engine) filter() filters.Args {
-	return filters.NewArgs(filters.Arg("label", LabelCluster+"="+e.cluster))
-}
-
-func (e *engine) removeAll(ctx context.Context) error { return removeLabelled(ctx, e.c, e.filter()) }
-
-// reapOrphans removes what runs whose process is gone left behind (a test binary killed by
-// a signal runs no cleanup).
-func reapOrphans(ctx context.Context, c *client.Client) error {
-	owned := filters.NewArgs(filters.Arg("label", LabelOwnerPID))
-	cs, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: owned})
+// Leftovers lists what the engine still holds of prefix: containers, volumes, networks and
+// images, one line each.
+func Leftovers(ctx context.Context, c *client.Client, prefix string) ([]string, error) {
+	has := func(s string) bool { return s != "" && strings.HasPrefix(s, prefix) }
+	var out []string
+	cs, err := c.ContainerList(ctx, container.ListOptions{All: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	vs, err := c.VolumeList(ctx, volume.ListOptions{Filters: owned})
-	if err != nil {
-		return err
-	}
-	ns, err := c.NetworkList(ctx, network.ListOptions{Filters: owned})
-	if err != nil {
-		return err
-	}
-	dead := map[string]bool{}
-	note := func(labels map[string]string) {
-		pid, err := strconv.Atoi(labels[LabelOwnerPID])
-		if err == nil && pid > 0 && !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			return // its process still runs
+	for _, x := range cs {
+		match := has(x.Labels[LabelCluster])
+		for _, n := range x.Names {
+			match = match || has(strings.TrimPrefix(n, "/"))
 		}
-		dead[labels[LabelCluster]] = true
+		if match {
+			out = append(out, fmt.Sprintf("container %v (%s)", x.Names, x.State))
+		}
 	}
-	for _, x := range cs {
-		note(x.Labels)
+	vs, err := c.VolumeList(ctx, volume.ListOptions{})
+	if err != nil {
+		return nil, err
 	}
-	for _, x := range vs.Volumes {
-		note(x.Labels)
-	}
-	for _, x := range ns {
-		note(x.Labels)
-	}
-	var errs []error
-	for cluster := range dead {
-		errs = append(errs, removeLabelled(ctx, c, filters.NewArgs(filters.Arg("label", LabelCluster+"="+cluster))))
-	}
-	return errors.Join(errs...)
-}
-
-// removeLabelled removes every container (with its volumes), volume and network matching f,
-// and reports what it could not remove.
-func removeLabelled(ctx context.Context, c *client.Client, f filters.Args) error {
-	var errs []error
-	cs, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-	errs = append(errs, err)
-	for _, x := range cs {
-		errs = append(errs, c.ContainerRemove(ctx, x.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}))
-	}
-	vs, err := c.VolumeList(ctx, volume.ListOptions{Filters: f})
-	errs = append(errs, err)
 	for _, v := range vs.Volumes {
-		errs = append(errs, c.VolumeRemove(ctx, v.Name, true))
+		if has(v.Name) || has(v.Labels[LabelCluster]) {
+			out = append(out, "volume "+v.Name)
+		}
 	}
-	ns, err := c.NetworkList(ctx, network.ListOptions{Filters: f})
-	errs = append(errs, err)
+	ns, err := c.NetworkList(ctx, network.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
 	for _, n := range ns {
-		errs = append(errs, c.NetworkRemove(ctx, n.ID))
+		if has(n.Labels[LabelCluster]) || has(strings.TrimPrefix(n.Name, "prebake-")) {
+			out = append(out, "network "+n.Name)
+		}
 	}
-	return errors.Join(errs...)
+	ims, err := c.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, im := range ims {
+		for _, ref := range im.RepoTags {
+			if has(ref) {
+				out = append(out, "image "+ref)
+			}
+		}
+	}
+	return out, nil
 }
 
-// createNetwork makes a bridge network and returns its gateway address.
-func (e *engine) createNetwork(ctx context.Context, name string) (string, error) {
-	if _, err := e.c.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge", Labels: e.labels(nil)}); err != nil {
+// createNetwork makes a bridge network labelled cluster=name and returns its gateway.
+func createNetwork(ctx context.Context, c *client.Client, name string) (string, error) {
+	if _, err := c.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge", Labels: map[string]string{LabelCluster: name}}); err != nil {
 		return "", fmt.Errorf("create network %s: %w", name, err)
 	}
-	ins, err := e.c.NetworkInspect(ctx, name, network.InspectOptions{})
+	ins, err := c.NetworkInspect(ctx, name, network.InspectOptions{})
 	if err != nil {
 		return "", fmt.Errorf("inspect network %s: %w", name, err)
 	}
-	for _, c := range ins.IPAM.Config {
-		if c.Gateway != "" && !strings.Contains(c.Gateway, ":") {
-			return c.Gateway, nil
+	for _, cfg := range ins.IPAM.Config {
+		if cfg.Gateway != "" && !strings.Contains(cfg.Gateway, ":") {
+			return cfg.Gateway, nil
 		}
 	}
 	return "", fmt.Errorf("network %s has no IPv4 gateway: %+v", name, ins.IPAM.Config)
 }
 
-// exec runs argv in the container and returns its stdout and stderr together, and its
-// exit code.
-func (e *engine) exec(ctx context.Context, id string, argv ...string) (string, int, error) {
-	ex, err := e.c.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
+// Exec runs argv in the container and returns its stdout and stderr together, and its exit
+// code.
+func Exec(ctx context.Context, c *client.Client, id string, argv ...string) (string, int, error) {
+	ex, err := c.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return "", -1, err
 	}
-	att, err := e.c.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	att, err := c.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
 		return "", -1, err
 	}
@@ -178,44 +230,41 @@ func (e *engine) exec(ctx context.Context, id string, argv ...string) (string, i
 	if _, err := stdcopy.StdCopy(&out, &out, att.Reader); err != nil {
 		return out.String(), -1, err
 	}
-	ins, err := e.c.ContainerExecInspect(ctx, ex.ID)
+	ins, err := c.ContainerExecInspect(ctx, ex.ID)
 	if err != nil {
 		return out.String(), -1, err
 	}
 	return out.String(), ins.ExitCode, nil
 }
 
-// tarFiles is a tar stream of files (path without the leading slash → content, mode 0600,
-// owned by root) with their parent directories.
-func tarFiles(files map[string][]byte) (io.Reader, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
-	for path, content := range files {
-		parts := strings.Split(path, "/")
-		for i := 1; i < len(parts); i++ {
-			d := strings.Join(parts[:i], "/") + "/"
-			if dirs[d] {
-				continue
-			}
-			dirs[d] = true
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: time.Now()}); err != nil {
-				return nil, err
-			}
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path, Mode: 0o600, Size: int64(len(content)), ModTime: time.Now()}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(content); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
+// readFile reads one file out of a container (running or not).
+func readFile(ctx context.Context, c *client.Client, id, path string) ([]byte, error) {
+	rc, _, err := c.CopyFromContainer(ctx, id, path)
+	if err != nil {
 		return nil, err
 	}
-	return &buf, nil
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	if _, err := tr.Next(); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(tr, 16<<20))
 }
 
-func volumeCreate(name string, labels map[string]string) volume.CreateOptions {
-	return volume.CreateOptions{Name: name, Driver: "local", Labels: labels}
+// containersOf lists the containers of a cluster (the docker provider's label).
+func containersOf(ctx context.Context, c *client.Client, cluster string, extra ...filters.KeyValuePair) ([]container.Summary, error) {
+	f := filters.NewArgs(append(extra, filters.Arg("label", LabelCluster+"="+cluster))...)
+	return c.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+}
+
+func startedAt(ins container.InspectResponse) time.Time {
+	if ins.State == nil {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, ins.State.StartedAt)
+	return t
+}
+
+func newClient() (*client.Client, error) {
+	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 }

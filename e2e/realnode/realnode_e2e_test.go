@@ -4,180 +4,231 @@ package realnode
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	cerrdefs "github.com/containerd/errdefs"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/e2e/standin"
+	"github.com/prebake-dev/prebake/e2e/wait"
+	"github.com/prebake-dev/prebake/providers"
 )
 
-// runName is unique per test run: the engine's labels and the network name carry it.
-func runName(t *testing.T) string {
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
+const (
+	groupVanilla  = "vanilla"
+	groupPrebaked = "prebaked"
+)
+
+// TestPrebakedAndVanillaScaleUp is the product's path on real nodes, twice in one run: a
+// vanilla group (the base image: runtime install) and a prebaked group (the image `prebake
+// images build` made from the same components). For each, a Pending pod makes the stand-in
+// call IncreaseSize; prebake's docker provider starts a container; cloud-init runs the node
+// script, which installs (vanilla) or skips the install (prebaked); kubeadm joins; the Node
+// registers with the providerID NodeGroupNodes lists, goes Ready, and the pod runs. The
+// Nodes must match their templates. Then DeleteNodes removes both machines: containers,
+// volumes and Nodes. The phase table is measured from the nodes' own reports and the API.
+func TestPrebakedAndVanillaScaleUp(t *testing.T) {
+	w := needWorld(t)
+	img := needPrebaked(t, w)
+	t.Logf("prebaked image %s built by `prebake images build` in %s", img.Ref, img.Took.Round(time.Second))
+	for _, c := range w.Components {
+		if got := img.Manifest.Components[c.Name]; got != c.Version {
+			t.Errorf("the image's manifest has %s %q, the nodes run %q", c.Name, got, c.Version)
+		}
 	}
-	return "prebake-realnode-" + hex.EncodeToString(b)
+	taint := providers.Taint{Key: "prebake.dev/e2e", Value: "real", Effect: "NoSchedule"}
+	s := newScenario(t, w, "up", 40*time.Minute, ConfigOptions{Catalog: img.Catalog, Groups: []Group{
+		{ID: groupVanilla, MaxSize: 1, Labels: map[string]string{"team": "e2e"}},
+		{ID: groupPrebaked, MaxSize: 1, Prebaked: true, Labels: map[string]string{"team": "e2e"}, Taints: []providers.Taint{taint}},
+	}})
+	vanillaPod := s.createPod("on-vanilla", groupVanilla, nil)
+	prebakedPod := s.createPod("on-prebaked", groupPrebaked, []providers.Taint{taint})
+
+	errs := make(chan error, 2)
+	for _, p := range []struct{ key, group string }{{vanillaPod, groupVanilla}, {prebakedPod, groupPrebaked}} {
+		go func() { errs <- s.waitPodRunning(p.key, p.group, 25*time.Minute) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var runs [][]Measured
+	var cols []string
+	nodes := map[string]*nodeAndID{}
+	for _, p := range []struct{ key, group, kind string }{{vanillaPod, groupVanilla, "runtime-install"}, {prebakedPod, groupPrebaked, "prebaked"}} {
+		in := s.waitInstance(p.key, func(in standin.Instance) bool { return !in.PodRunning.IsZero() && !in.Ready.IsZero() })
+		if in.Group != p.group || in.ImageKind != p.kind {
+			t.Errorf("instance %s: group %s kind %s, want %s %s", in.ID, in.Group, in.ImageKind, p.group, p.kind)
+		}
+		node := s.nodeByProviderID(in.ID)
+		listed := s.listed(p.group)
+		if len(listed) != 1 || listed[0].GetId() != in.ID {
+			t.Errorf("NodeGroupNodes %s = %v, want only %s", p.group, listed, in.ID)
+		}
+		s.checkAgainstTemplate(node, s.template(p.group), in.ID)
+		ct, err := s.containerOf(in.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		boot, err := ReadBoot(s.ctx, w.Engine, ct.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := nodeReport(t, node)
+		inst, _ := boot.Status.Phase("install")
+		switch p.group {
+		case groupVanilla:
+			if rep.Prebaked || !rep.RanInstall() || boot.Status.Prebaked || inst.Result != "ok" {
+				t.Errorf("vanilla node %s: annotation %+v, install phase %+v; want a runtime install", node.Name, rep, inst)
+			}
+		case groupPrebaked:
+			if !rep.Prebaked || rep.RanInstall() || !boot.Status.Prebaked || inst.Result != "skipped" || len(boot.Status.Installed) > 0 {
+				t.Errorf("prebaked node %s: annotation %+v, install phase %+v, installed %v; want the install skipped", node.Name, rep, inst, boot.Status.Installed)
+			}
+			if node.Labels[providers.LabelImage] != img.ID {
+				t.Errorf("prebaked node %s: label %s=%q, want %s", node.Name, providers.LabelImage, node.Labels[providers.LabelImage], img.ID)
+			}
+		}
+		runs = append(runs, Measure(in, boot))
+		cols = append(cols, fmt.Sprintf("%s (%s)", p.kind, node.Name))
+		nodes[p.group] = &nodeAndID{name: node.Name, id: in.ID, container: ct.ID, volume: strings.TrimPrefix(ct.Name, "/") + "-containerd"}
+		t.Logf("%s node %s: install %s (%s); installed %v", p.kind, node.Name, inst.Result, inst.Detail, boot.Status.Installed)
+	}
+	// The pod images: the vanilla node pulled them from the local registry, the prebaked
+	// node had them (kubelet's own words in the pods' events).
+	if ev := s.podEvents("on-vanilla", "Pulled"); len(ev) == 0 || !strings.Contains(strings.Join(ev, "\n"), "Successfully pulled") {
+		t.Errorf("vanilla pod's Pulled events %q: want a pull from the registry", ev)
+	}
+	if ev := s.podEvents("on-prebaked", "Pulled"); len(ev) == 0 || !strings.Contains(strings.Join(ev, "\n"), "already present on machine") {
+		t.Errorf("prebaked pod's Pulled events %q: want the image already present (baked)", ev)
+	}
+
+	c := Compare(fmt.Sprintf("Pending pod → pod Running on real nodes (docker provider, %s), measured:", w.HostDescription(s.ctx)), cols, runs...)
+	c.Notes = append(c.Notes, fmt.Sprintf("prebaked image %s: built by `prebake images build` in %s (builder boot, install, pod images pulled, commit).", img.ID, img.Took.Round(time.Second)),
+		"Binaries come from a file server on the Docker network's gateway (the stand-in for the upstream download, sha256-checked); Debian packages from Debian's mirror; pod images from a local registry.")
+	t.Logf("\n%s", c.Markdown())
+	addReport(c)
+
+	// Scale down: DeleteNodes through the stand-in, as CA after a drain.
+	for _, g := range []string{groupVanilla, groupPrebaked} {
+		n := nodes[g]
+		if err := w.Kube.CoreV1().Pods(s.cluster).DeleteCollection(s.ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name}); err != nil {
+			t.Fatal(err)
+		}
+		node, err := w.Kube.CoreV1().Nodes().Get(s.ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.standin.DeleteNodes(s.ctx, g, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.Poll(s.ctx, 5*time.Minute, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+		for _, n := range nodes {
+			if _, err := w.Engine.ContainerInspect(ctx, n.container); !cerrdefs.IsNotFound(err) {
+				return false, nil
+			}
+			if _, err := w.Engine.VolumeInspect(ctx, n.volume); !cerrdefs.IsNotFound(err) {
+				return false, nil
+			}
+			if _, err := w.Kube.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("after DeleteNodes the containers, their volumes and the Nodes must go: %v", err)
+	}
+	for _, g := range []string{groupVanilla, groupPrebaked} {
+		if n := s.targetSize(g); n != 0 {
+			t.Errorf("target size of %s after DeleteNodes = %d, want 0", g, n)
+		}
+	}
+	if cs, err := containersOf(s.ctx, w.Engine, s.cluster); err != nil || len(cs) != 0 {
+		t.Errorf("containers of %s after DeleteNodes: %d (%v), want none", s.cluster, len(cs), err)
+	}
 }
 
-// TestRealNodeJoinsAndRunsAPod boots one vanilla node (runtime install) and follows it to a
-// Running pod, printing the measured phases.
-func TestRealNodeJoinsAndRunsAPod(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	e := setup(ctx, t, runName(t))
-	images := podImagesTar(t)
+type nodeAndID struct{ name, id, container, volume string }
 
-	name := e.name + "-n1"
-	n := e.bootNode(ctx, name, nil)
-	nctx, ncancel := context.WithTimeout(ctx, 15*time.Minute)
-	registered, ready, err := e.waitNode(nctx, n)
-	ncancel()
+// TestRestartWhileNodesBoot kills `prebake serve` (SIGKILL: no shutdown) while a real node
+// boots, and starts it again: the node joins, its pod runs, and there is exactly one
+// container, the one NodeGroupNodes lists: no duplicate, no orphan.
+func TestRestartWhileNodesBoot(t *testing.T) {
+	w := needWorld(t)
+	s := newScenario(t, w, "rs", 30*time.Minute, ConfigOptions{Groups: []Group{{ID: groupVanilla, MaxSize: 2}}})
+	pod := s.createPod("survives", groupVanilla, nil)
+	// Wait until the machine is booting: its container runs, its Node is not there yet.
+	var booting string
+	if err := wait.Poll(s.ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		cs, err := s.groupContainers(ctx, groupVanilla)
+		if err != nil || len(cs) == 0 {
+			return false, nil
+		}
+		booting = strings.TrimPrefix(cs[0].Names[0], "/")
+		return cs[0].State == "running", nil
+	}); err != nil {
+		t.Fatalf("no container of %s started: %v", groupVanilla, err)
+	}
+	if _, err := w.Kube.CoreV1().Nodes().Get(s.ctx, strings.TrimPrefix(booting, s.cluster+"-"), metav1.GetOptions{}); err == nil {
+		t.Fatalf("node %s registered before prebake serve could be killed; the test proves nothing", booting)
+	}
+	pid := s.serve.PID()
+	s.serve.Kill()
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("prebake serve (pid %d) still runs after kill -9", pid)
+	}
+	t.Logf("killed prebake serve (pid %d) while %s boots", pid, booting)
+	if err := s.serve.Restart(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitPodRunning(pod, groupVanilla, 20*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.groupContainers(s.ctx, groupVanilla)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := e.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	listed := s.listed(groupVanilla)
+	if len(cs) != 1 || len(listed) != 1 || listed[0].GetId() != "docker://"+strings.TrimPrefix(cs[0].Names[0], "/") {
+		var names []string
+		for _, c := range cs {
+			names = append(names, c.Names[0])
+		}
+		t.Fatalf("after the restart: containers %v, NodeGroupNodes %v; want one container, the one listed", names, listed)
 	}
-	if node.Labels["prebake.dev/group"] != "real" || node.Spec.PodCIDR == "" {
-		t.Errorf("node labels %v podCIDR %q: want prebake.dev/group=real and a podCIDR", node.Labels, node.Spec.PodCIDR)
+	if n := s.targetSize(groupVanilla); n != 1 {
+		t.Errorf("target size after the restart = %d, want 1", n)
 	}
-
-	if err := e.importImages(ctx, n, images); err != nil {
-		t.Fatal(err)
+	if strings.TrimPrefix(cs[0].Names[0], "/") != booting {
+		t.Errorf("the node that runs the pod is %s, not %s that booted across the restart", cs[0].Names[0], booting)
 	}
-	podCreated := time.Now()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: metav1.NamespaceDefault},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kubernetes.io/hostname": name},
-			Containers:   []corev1.Container{{Name: "hello", Image: HelloImage, ImagePullPolicy: corev1.PullNever}},
-		},
-	}
-	if _, err := e.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	running, got, err := e.waitPodRunning(ctx, pod.Namespace, pod.Name, 5*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Spec.NodeName != name || got.Status.PodIP == "" || !podIPIn(got.Status.PodIP, node.Spec.PodCIDR) {
-		t.Errorf("pod on %q with IP %q; want node %s and an IP in its podCIDR %s", got.Spec.NodeName, got.Status.PodIP, name, node.Spec.PodCIDR)
-	}
-
-	st, ok, err := e.status(ctx, n)
-	if err != nil || !ok || st.Result != "ok" || st.Prebaked {
-		t.Fatalf("node status: %+v ok=%v err=%v; want result ok on a vanilla image", st, ok, err)
-	}
-	if ph, _ := st.Phase("install"); ph.Result != "ok" {
-		t.Errorf("install phase %+v, want ok (runtime install)", ph)
-	}
-	e.printTimeline(ctx, n, st, registered, ready, podCreated, running)
 }
 
-// TestRealNodeWrongCAHashFailsWithTheNodesError renders the user-data with a CA pin that
-// is not the cluster's: kubeadm join must refuse the cluster, and the failure the test sees
-// is the node's own (its status error and kubeadm's output from cloud-init's log).
-func TestRealNodeWrongCAHashFailsWithTheNodesError(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	e := setup(ctx, t, runName(t))
+// TestWrongCAHashFailsWithTheNodesError renders the nodes' user-data with a CA pin that is
+// not the cluster's (bootstrap.caCertHashes): kubeadm join refuses the cluster, and the
+// scenario fails with the node's own error, kubeadm's words from the container.
+func TestWrongCAHashFailsWithTheNodesError(t *testing.T) {
+	w := needWorld(t)
 	wrong := "sha256:" + strings.Repeat("0", 64)
-	n := e.bootNode(ctx, e.name+"-badca", func(in *bootstrap.Input) { in.Cluster.CACertHashes = []string{wrong} })
-	nctx, ncancel := context.WithTimeout(ctx, 15*time.Minute)
-	_, _, err := e.waitNode(nctx, n)
-	ncancel()
+	s := newScenario(t, w, "ca", 30*time.Minute, ConfigOptions{CACertHashes: []string{wrong}, Groups: []Group{{ID: groupVanilla, MaxSize: 1}}})
+	pod := s.createPod("never", groupVanilla, nil)
+	err := s.waitPodRunning(pod, groupVanilla, 15*time.Minute)
 	if err == nil {
-		t.Fatal("a node pinned to the wrong CA joined")
+		t.Fatal("a node pinned to the wrong CA joined and ran the pod")
 	}
-	t.Logf("the node's error, as a scenario reports it:\n%v", err)
+	t.Logf("the node's error, as the scenario reports it:\n%v", err)
 	// kubeadm names the key it found (the cluster's) and refuses it for not being pinned.
-	for _, want := range []string{"join: kubeadm join", `none of the public keys "` + e.caHash + `" are pinned`} {
+	for _, want := range []string{"join: kubeadm join", `none of the public keys "` + w.CAHash + `" are pinned`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q (the node's own words)", want)
 		}
 	}
-}
-
-func (e *env) waitPodRunning(ctx context.Context, ns, name string, bound time.Duration) (time.Time, *corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	for {
-		p, err := e.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning {
-			return time.Now(), p, nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, p, fmt.Errorf("pod %s/%s not Running: %w; last status %+v", ns, name, ctx.Err(), statusOf(p))
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func statusOf(p *corev1.Pod) any {
-	if p == nil {
-		return nil
-	}
-	return p.Status
-}
-
-func podIPIn(ip, cidr string) bool {
-	prefix := strings.Join(strings.Split(cidr, ".")[:3], ".") + "."
-	return strings.HasSuffix(cidr, "/24") && strings.HasPrefix(ip, prefix)
-}
-
-// printTimeline logs the phases of one boot. Each time is measured: the engine's start, the
-// node's own clocks (systemd, cloud-init's status, the bootstrap status file; the container
-// shares this host's clock), and when this test saw the Node and the pod change.
-func (e *env) printTimeline(ctx context.Context, n *node, st bootstrap.Status, registered, ready, podCreated, running time.Time) {
-	t := e.t
-	var b strings.Builder
-	rel := func(at time.Time) string { return fmt.Sprintf("%7.1f s", at.Sub(n.started).Seconds()) }
-	row := func(what string, at time.Time, source string) {
-		if at.IsZero() {
-			fmt.Fprintf(&b, "| %s | – | %s |\n", what, source)
-			return
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", what, rel(at), source)
-	}
-	fmt.Fprintf(&b, "\n| event (node %s) | since container start | measured by |\n|---|---:|---|\n", n.name)
-	row("container started", n.started, "Engine API ContainerStart returned")
-	// systemd's start: its monotonic timestamp (µs) against the node's uptime and wall clock.
-	out, _, err := e.engine.exec(ctx, n.id, "sh", "-c",
-		"echo $(systemctl show -p UserspaceTimestampMonotonic --value) $(cut -d' ' -f1 /proc/uptime) $(date +%s.%N)")
-	var mono, up, now float64
-	if _, serr := fmt.Sscan(out, &mono, &up, &now); err == nil && serr == nil {
-		row("systemd started (PID 1)", time.Unix(0, int64((now-up+mono/1e6)*1e9)), "systemd UserspaceTimestampMonotonic")
-	}
-	if stages, err := e.cloudInitStages(ctx, n); err == nil {
-		for _, s := range []string{"init-local", "init", "modules-config", "modules-final"} {
-			if v, ok := stages[s]; ok {
-				row("cloud-init "+s+" start", time.Unix(0, int64(v[0]*1e9)), "/run/cloud-init/status.json")
-			}
-		}
-	}
-	if end, err := e.unixExec(ctx, n, "stat", "-c", "%.9Y", bootstrap.DefaultStatusPath); err == nil {
-		at := end.Add(-time.Duration(st.TotalMs) * time.Millisecond)
-		row("node script start", at, "bootstrap status totalMs")
-		for _, p := range st.Phases {
-			at = at.Add(p.Duration())
-			row(fmt.Sprintf("  %s done (%.1f s, %s)", p.Name, p.Duration().Seconds(), p.Result), at, "bootstrap status phases")
-		}
-	}
-	row("Node registered (providerID "+n.providerID+")", registered, "API, polled every 1 s")
-	row("Node Ready", ready, "API, polled every 1 s")
-	row("pod created (images imported)", podCreated, "test")
-	row("pod Running", running, "API, polled every 0.5 s")
-	if ph, ok := st.Phase("install"); ok {
-		fmt.Fprintf(&b, "\ninstall: %s (installed %s)\n", ph.Detail, strings.Join(st.Installed, " "))
-	}
-	t.Log(b.String())
 }
