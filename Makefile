@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X github.com/prebake-dev/prebake/internal/version.Version=$(VE
 UNIT_TIMEOUT ?= 5m
 E2E_TIMEOUT ?= 50m
 
-.PHONY: all build unit vet test system e2e demo bench bench-hcloud bench-gce bench-mesh ciliumcompat generate check-generate fuzz clean help
+.PHONY: all build unit vet test system e2e demo demo-docker bench bench-hcloud bench-gce bench-mesh ciliumcompat generate check-generate fuzz clean help
 
 all: build
 
@@ -53,6 +53,11 @@ demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
 	@echo "make demo: compiling the demo driver and prebake (the first run downloads Go modules and takes minutes on 2 cores)"
 	@$(call progress,$(GO) build -o bin/prebake-demo ./e2e/demo,compiling the demo driver)
 	bin/prebake-demo
+
+demo-docker: ## real nodes in Docker containers (needs root, Docker, debootstrap): a prebaked and a vanilla node scale up, phase table at the end; the first run builds the images
+	@echo "make demo-docker: compiling the demo driver (the first run also builds the control plane, node binaries and images: minutes on 2 cores)"
+	@$(call progress,$(GO) build -o bin/prebake-demo-docker ./e2e/demodocker,compiling the demo driver)
+	bin/prebake-demo-docker
 
 bench: ## benchmark table: 100 groups, 5000 instances
 	$(GO) run ./bench

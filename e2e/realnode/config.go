@@ -170,8 +170,9 @@ var buildMu sync.Mutex
 
 // BuildPrebaked runs `prebake images build` with a config of cluster <world>-img (the
 // docker provider through the same factory as serve) and the world's recipe, streaming its
-// progress to Out, and returns the image it published to candidate.
-func (w *World) BuildPrebaked(ctx context.Context) (Prebaked, error) {
+// progress to Out, and returns the image it published to candidate. The image is a tag of
+// repository ("" means <world>-node, which Close removes).
+func (w *World) BuildPrebaked(ctx context.Context, repository string) (Prebaked, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	dir := filepath.Join(w.Dir, "images")
@@ -179,7 +180,10 @@ func (w *World) BuildPrebaked(ctx context.Context) (Prebaked, error) {
 		return Prebaked{}, err
 	}
 	cfg, recipe, catalog := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "recipe.yaml"), filepath.Join(dir, "catalog.yaml")
-	if err := w.WriteConfig(cfg, ConfigOptions{Cluster: w.Name + "-img", Groups: []Group{{ID: "build", MaxSize: 1}}}); err != nil {
+	if repository == "" {
+		repository = w.Name + "-node"
+	}
+	if err := w.WriteConfig(cfg, ConfigOptions{Cluster: w.Name + "-img", ImageRepository: repository, Groups: []Group{{ID: "build", MaxSize: 1}}}); err != nil {
 		return Prebaked{}, err
 	}
 	if err := w.Recipe(recipe); err != nil {
@@ -219,7 +223,7 @@ func (w *World) BuildPrebaked(ctx context.Context) (Prebaked, error) {
 		if !ok {
 			continue
 		}
-		return Prebaked{ID: im.ID, Ref: w.Name + "-node:" + im.ID, Catalog: catalog, Manifest: im.Manifest, Took: time.Since(began)}, nil
+		return Prebaked{ID: im.ID, Ref: repository + ":" + im.ID, Catalog: catalog, Manifest: im.Manifest, Took: time.Since(began)}, nil
 	}
 	return Prebaked{}, fmt.Errorf("prebake images build published nothing to %s in %s:\n%s", imagecatalog.ChannelCandidate, catalog, stdout.String())
 }
