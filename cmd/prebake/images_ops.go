@@ -307,10 +307,15 @@ snapshot, delete the builder and publish the image to the candidate channel.
 The report comes over SSH on Hetzner (prebake makes a host key and a login key for each
 builder, puts them in its cloud-config, and runs the builder's seal step as root; the
 builder must be reachable on port 22 from where this runs) and from the guest attribute
-prebake/report on GCE (docs/images.md, "The builder's report").
+prebake/report on GCE (docs/images.md, "The builder's report"); on docker the builder is a
+container, its report is read out of it, and its containerd content (the pulled pod images)
+is committed with it (docs/docker.md).
 The builder user-data is the image's userDataFile (a #cloud-config) when the recipe names
-one; otherwise it is rendered by bootstrap: every component installed as the apt package of
-its name at its exact version, the kernel settings, unattended-upgrades disabled; once that
+one; otherwise it is rendered by bootstrap: every component installed at its exact version
+from where --config's bootstrap.components installs it on nodes (a binary's url and sha256,
+an apt package name), else as the apt package of its name; the kernel settings and the node
+runtime the provider declares; the recipe's containerImages pulled into containerd;
+unattended-upgrades disabled; once that
 and cloud-init are done, the builder's seal: cleanup (SSH host keys and authorized keys,
 machine-id, cloud-init state, apt lists and caches, logs) and its report
 (` + bootstrap.BuildReportPath + `, what it observed).
