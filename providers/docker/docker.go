@@ -314,8 +314,8 @@ const gib = int64(1) << 30
 // small enough for a laptop.
 func DefaultMachineTypes() []providers.MachineType {
 	return []providers.MachineType{
-		{Name: "docker-small", MilliCPU: 1000, MemoryBytes: 1 * gib, Pods: providers.DefaultMaxPods, Arch: hostArch()},
-		{Name: "docker-medium", MilliCPU: 2000, MemoryBytes: 4 * gib, Pods: providers.DefaultMaxPods, Arch: hostArch()},
+		{Name: "docker-small", MilliCPU: 1000, MemoryBytes: 1 * gib, Pods: providers.DefaultMaxPods, Arch: hostArch(), PricePerHour: 0.01},
+		{Name: "docker-medium", MilliCPU: 2000, MemoryBytes: 4 * gib, Pods: providers.DefaultMaxPods, Arch: hostArch(), PricePerHour: 0.02},
 	}
 }
 
