@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -201,15 +200,11 @@ func silentAPI(t *testing.T) string {
 	return srv.URL
 }
 
+// refusedAPI is an address where nothing listens: port 1 on loopback (a
+// freed ephemeral port could be taken again by a parallel test's server).
 func refusedAPI(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "https://" + addr
+	return "https://127.0.0.1:1"
 }
 
 // prebake serve exits cleanly on SIGTERM whatever state the cluster API
