@@ -188,6 +188,10 @@ type instance struct {
 	deleteFailed bool
 
 	requestedAt, acceptedAt, runningAt, registeredAt, readyAt time.Time
+	// podRunningAt is when the first pod on its Node was seen Running.
+	podRunningAt time.Time
+	// bootstrapSeen: the node script's report was observed (once).
+	bootstrapSeen bool
 }
 
 // New validates the options and builds every group's template. It calls

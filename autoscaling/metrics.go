@@ -15,6 +15,7 @@ const (
 	phaseRunning        = "running"
 	phaseNodeRegistered = "node_registered"
 	phaseNodeReady      = "node_ready"
+	phasePodRunning     = "pod_running"
 )
 
 // Metrics are the core's Prometheus metrics.
@@ -32,6 +33,9 @@ type Metrics struct {
 	catalogErrors  prometheus.Counter
 	// joinTokensRevoked counts tokens revoked once their node registered.
 	joinTokensRevoked prometheus.Counter
+	// bootstrapSeconds are the node script's own phase durations, as the
+	// node reported them on its Node.
+	bootstrapSeconds *prometheus.HistogramVec
 }
 
 // NewMetrics registers the core's metrics with reg (a private registry when
@@ -44,9 +48,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg: reg,
 		phaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "prebake_instance_phase_seconds",
-			Help:    "Seconds from IncreaseSize recording an instance to each phase of its timeline: api_accepted, running, node_registered, node_ready.",
+			Help:    "Seconds from IncreaseSize recording an instance to each phase of its timeline: api_accepted, running, node_registered, node_ready, pod_running (the first pod on its Node seen Running).",
 			Buckets: prometheus.ExponentialBucketsRange(0.001, 1200, 24),
 		}, []string{"group", "image_kind", "phase"}),
+		bootstrapSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "prebake_bootstrap_phase_seconds",
+			Help:    "Duration of each phase of the node script (manifest, plan, install, configure, address, kubelet, join, podnetwork; total is the whole script) as the node reported it on its Node; result is ok, skipped or failed.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 1200, 24),
+		}, []string{"group", "image_kind", "phase", "result"}),
 		increaseSize: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prebake_instances_requested_total",
 			Help: "Instances requested through IncreaseSize.",
@@ -89,13 +98,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Join tokens revoked as soon as their machine's Node registered (the rest expire within their hour).",
 		}),
 	}
-	reg.MustRegister(m.phaseSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
+	reg.MustRegister(m.phaseSeconds, m.bootstrapSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
 		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.catalogErrors, m.joinTokensRevoked)
 	return m
 }
 
 func (m *Metrics) observePhase(group string, kind providers.ImageKind, phase string, d time.Duration) {
 	m.phaseSeconds.WithLabelValues(group, string(kind), phase).Observe(d.Seconds())
+}
+
+func (m *Metrics) observeBootstrap(group string, kind providers.ImageKind, phase, result string, d time.Duration) {
+	m.bootstrapSeconds.WithLabelValues(group, string(kind), phase, result).Observe(d.Seconds())
 }
 
 // watch registers the per-group gauges, read from c's snapshot on scrape.

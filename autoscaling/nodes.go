@@ -89,3 +89,81 @@ func (c *Core) revokeJoinTokensLater(machine string) {
 		}
 	})
 }
+
+// InstanceTimeline is what the core saw of one instance on its way up, on
+// this process's clock. A zero time was not observed (yet).
+type InstanceTimeline struct {
+	Group     string
+	ImageKind providers.ImageKind
+	// Image is the catalog image the machine boots ("" for runtime install).
+	Image string
+	// Adopted instances were found by List, not requested by this process
+	// (it restarted since): their timeline is unknown, every time is zero.
+	Adopted bool
+	// Requested is when IncreaseSize recorded the instance; Accepted when
+	// the provider's Create returned; Running when a List first said
+	// running (or its Node registered); Registered and Ready when the Node
+	// watch first saw the Node and saw it Ready; PodRunning when the first
+	// pod on the Node was seen Running.
+	Requested, Accepted, Running, Registered, Ready, PodRunning time.Time
+}
+
+// Timeline returns the moments the core observed for the instance with this
+// providerID; ok is false for one it does not know. It is what the Node
+// watch copies onto the Node, so the timeline outlives this process.
+func (c *Core) Timeline(providerID string) (InstanceTimeline, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	inst := c.index.byID(providerID)
+	if inst == nil {
+		return InstanceTimeline{}, false
+	}
+	t := InstanceTimeline{Group: inst.group.spec.ID, ImageKind: inst.imageKind, Image: inst.image, Adopted: inst.adopted}
+	if inst.adopted {
+		return t, true
+	}
+	t.Requested, t.Accepted, t.Running = inst.requestedAt, inst.acceptedAt, inst.runningAt
+	t.Registered, t.Ready, t.PodRunning = inst.registeredAt, inst.readyAt, inst.podRunningAt
+	return t, true
+}
+
+// ObservePodRunning feeds the timeline's last phase: the first pod on the
+// Node of this providerID was seen Running. Later calls, adopted and unknown
+// instances are ignored.
+func (c *Core) ObservePodRunning(providerID string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inst := c.index.byID(providerID)
+	if inst == nil || inst.adopted || !inst.podRunningAt.IsZero() {
+		return
+	}
+	inst.podRunningAt = at
+	c.metrics.observePhase(inst.group.spec.ID, inst.imageKind, phasePodRunning, at.Sub(inst.requestedAt))
+}
+
+// BootstrapPhase is one phase of the node script as the node reported it.
+type BootstrapPhase struct {
+	Name string
+	// Result is ok, skipped or failed.
+	Result   string
+	Duration time.Duration
+}
+
+// ObserveBootstrap records the node script's report of the machine with this
+// providerID (its phases and the whole script's duration) in the bootstrap
+// histograms, once per instance. Adopted and unknown instances are ignored:
+// a restarted plugin would count their boots twice.
+func (c *Core) ObserveBootstrap(providerID string, phases []BootstrapPhase, total time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inst := c.index.byID(providerID)
+	if inst == nil || inst.adopted || inst.bootstrapSeen {
+		return
+	}
+	inst.bootstrapSeen = true
+	g, kind := inst.group.spec.ID, inst.imageKind
+	for _, p := range phases {
+		c.metrics.observeBootstrap(g, kind, p.Name, p.Result, p.Duration)
+	}
+	c.metrics.observeBootstrap(g, kind, "total", "ok", total)
+}
