@@ -252,7 +252,7 @@ func TestInstallVanillaThenPrebaked(t *testing.T) {
 	}
 	calls := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(root, "var/log/kubectl-calls"))), "\n")
 	annotate := regexp.MustCompile(`^--kubeconfig /etc/kubernetes/kubelet.conf annotate --overwrite node node-b ` +
-		`prebake.dev/bootstrap=prebaked=true total=\d+ms manifest=\d+ms/ok plan=\d+ms/ok install=\d+ms/skipped ` +
+		`prebake.dev/bootstrap=prebaked=true total=\d+ms start=\d{13} manifest=\d+ms/ok plan=\d+ms/ok install=\d+ms/skipped ` +
 		`configure=\d+ms/ok kubelet=\d+ms/ok join=\d+ms/(ok|skipped)$`)
 	if len(calls) != 2 || !annotate.MatchString(calls[0]) || !annotate.MatchString(calls[1]) {
 		t.Errorf("kubectl calls = %q, want two annotations matching %s", calls, annotate)

@@ -415,7 +415,9 @@ annotate_node() {
 	if [ "$PREBAKE_SKIP_JOIN" = 1 ] || ! command -v kubectl >/dev/null 2>&1 || [ ! -f /etc/kubernetes/kubelet.conf ]; then
 		return 0
 	fi
-	value="prebaked=$PREBAKED total=$(($(now_ms) - START_ALL))ms$SUMMARY"
+	# start= is the script's start on this machine's clock (Unix ms): `prebake timeline`
+	# places the phases with it and detects the clock's skew.
+	value="prebaked=$PREBAKED total=$(($(now_ms) - START_ALL))ms start=$START_ALL$SUMMARY"
 	i=0
 	while [ $i -lt 30 ]; do
 		if kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate --overwrite node "$PREBAKE_NODE" \

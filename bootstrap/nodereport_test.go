@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,14 @@ func TestParseNodeAnnotation(t *testing.T) {
 			}},
 		},
 		{
+			name:  "with the script's start",
+			value: "prebaked=false total=84210ms start=1764669601123 manifest=4ms/ok install=80012ms/ok join=3880ms/ok",
+			want: NodeReport{TotalMs: 84210, Start: time.UnixMilli(1764669601123).UTC(), Phases: []Phase{
+				{Name: "manifest", Ms: 4, Result: "ok"}, {Name: "install", Ms: 80012, Result: "ok"}, {Name: "join", Ms: 3880, Result: "ok"},
+			}},
+			ranInstall: true,
+		},
+		{
 			name:       "prebaked image that installed",
 			value:      "prebaked=true total=90000ms install=88000ms/ok",
 			want:       NodeReport{Prebaked: true, TotalMs: 90000, Phases: []Phase{{Name: "install", Ms: 88000, Result: "ok"}}},
@@ -43,6 +52,8 @@ func TestParseNodeAnnotation(t *testing.T) {
 		{name: "no total", value: "prebaked=true install=1ms/ok", wantErr: "want total=MSms"},
 		{name: "bad phase", value: "prebaked=true total=1ms install", wantErr: "want PHASE=MSms/RESULT"},
 		{name: "bad ms", value: "prebaked=true total=1ms install=xms/ok", wantErr: "not a duration"},
+		{name: "bad start", value: "prebaked=true total=1ms start=yesterday install=1ms/ok", wantErr: "want start=UNIXMS"},
+		{name: "start out of place", value: "prebaked=true total=1ms install=1ms/ok start=1764669601123", wantErr: "want PHASE=MSms/RESULT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -69,8 +80,8 @@ func TestParseNodeAnnotation(t *testing.T) {
 // The script writes the annotation under the key ParseNodeAnnotation's callers read.
 func TestNodeScriptSetsNodeAnnotation(t *testing.T) {
 	t.Parallel()
-	if !strings.Contains(nodeScript, `"`+NodeAnnotation+`=$value"`) || !strings.Contains(nodeScript, `value="prebaked=$PREBAKED total=`) {
-		t.Errorf("node.sh no longer annotates %s=\"prebaked=... total=...\"; update ParseNodeAnnotation with it", NodeAnnotation)
+	if !strings.Contains(nodeScript, `"`+NodeAnnotation+`=$value"`) || !strings.Contains(nodeScript, `value="prebaked=$PREBAKED total=$(($(now_ms) - START_ALL))ms start=$START_ALL$SUMMARY"`) {
+		t.Errorf("node.sh no longer annotates %s=\"prebaked=... total=...ms start=... PHASE=...\"; update ParseNodeAnnotation with it", NodeAnnotation)
 	}
 }
 

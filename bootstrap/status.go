@@ -80,8 +80,17 @@ func ParseManifest(data []byte) (Manifest, error) {
 }
 
 // NodeAnnotation is the Node annotation the node script sets once it has joined (best effort,
-// with the kubelet's credentials): "prebaked=BOOL total=MSms PHASE=MSms/RESULT ...", one
-// PHASE=... word per phase in order. ParseNodeAnnotation reads it.
+// with the kubelet's credentials):
+//
+//	prebaked=BOOL total=MSms start=UNIXMS PHASE=MSms/RESULT ...
+//
+// one PHASE=... word per phase in the order they ran, for example
+//
+//	prebaked=true total=9312ms start=1764669601123 manifest=3ms/ok plan=20ms/ok install=0ms/skipped configure=40ms/ok kubelet=5ms/ok join=9000ms/ok
+//
+// start is when the script began, in Unix milliseconds on the machine's own clock (scripts
+// before it was added leave it out). The phases ran back to back from start, a few ms of
+// bookkeeping apart. ParseNodeAnnotation reads it; the format is stable.
 const NodeAnnotation = "prebake.dev/bootstrap"
 
 // NodeReport is what the NodeAnnotation says: a summary of the Status file.
@@ -89,6 +98,9 @@ type NodeReport struct {
 	// Prebaked is true when the image carried a manifest.
 	Prebaked bool
 	TotalMs  int64
+	// Start is when the script began on the machine's clock; zero when the report has no
+	// start= word.
+	Start time.Time
 	// Phases are the phases' results (ok, skipped or failed) and durations, in order.
 	Phases []Phase
 }
@@ -119,7 +131,7 @@ func ParseNodeAnnotation(value string) (NodeReport, error) {
 	}
 	words := strings.Fields(value)
 	if len(words) < 2 {
-		return bad("want \"prebaked=BOOL total=MSms PHASE=MSms/RESULT ...\"")
+		return bad("want \"prebaked=BOOL total=MSms start=UNIXMS PHASE=MSms/RESULT ...\"")
 	}
 	switch words[0] {
 	case "prebaked=true":
@@ -136,7 +148,15 @@ func ParseNodeAnnotation(value string) (NodeReport, error) {
 	if r.TotalMs, err = parseMs(total); err != nil {
 		return bad("total: %v", err)
 	}
-	for _, w := range words[2:] {
+	rest := words[2:]
+	if len(rest) > 0 && strings.HasPrefix(rest[0], "start=") {
+		v, err := strconv.ParseInt(strings.TrimPrefix(rest[0], "start="), 10, 64)
+		if err != nil || v <= 0 {
+			return bad("third word %q: want start=UNIXMS, the script's start in Unix milliseconds", rest[0])
+		}
+		r.Start, rest = time.UnixMilli(v).UTC(), rest[1:]
+	}
+	for _, w := range rest {
 		name, rest, ok := strings.Cut(w, "=")
 		ms, result, ok2 := strings.Cut(rest, "/")
 		if !ok || !ok2 || name == "" || result == "" {
