@@ -20,7 +20,9 @@ import (
 )
 
 // KubeNodes watches the workload cluster's Nodes that carry this cluster's
-// ownership label and deletes Node objects of deleted machines.
+// ownership label and deletes Node objects of deleted machines. It keeps each
+// new machine's timeline on its Node (nodetimeline.Annotation), feeds the
+// node script's report and the first pod Running into the core's histograms.
 type KubeNodes struct {
 	client  kubernetes.Interface
 	cluster string
@@ -56,12 +58,17 @@ func (k *KubeNodes) Watch(ctx context.Context, c *autoscaling.Core, log *slog.Lo
 			o.LabelSelector = providers.LabelCluster + "=" + k.cluster
 		}))
 	inf := factory.Core().V1().Nodes().Informer()
+	writer := newTimelineWriter(k.client, c, inf.GetStore(), log)
+	pods := newPodWatches(k.client, c, log, writer.enqueue)
 	observe := func(obj any) {
 		n, ok := obj.(*corev1.Node)
 		if !ok || n.Spec.ProviderID == "" {
 			return
 		}
 		c.ObserveNode(n.Name, n.Spec.ProviderID, providers.NodeReady(n), time.Now())
+		observeBootstrap(c, n, log)
+		pods.ensure(ctx, n)
+		writer.enqueue(n.Name)
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    observe,
@@ -72,6 +79,7 @@ func (k *KubeNodes) Watch(ctx context.Context, c *autoscaling.Core, log *slog.Lo
 			}
 			if n, ok := obj.(*corev1.Node); ok {
 				c.ForgetNode(n.Spec.ProviderID)
+				pods.forget(n.Name)
 			}
 		},
 	}); err != nil {
@@ -91,6 +99,7 @@ func (k *KubeNodes) Watch(ctx context.Context, c *autoscaling.Core, log *slog.Lo
 	selector := providers.LabelCluster + "=" + k.cluster
 	log.Info("node watch: waiting for the Node list", "labelSelector", selector)
 	factory.Start(ctx.Done())
+	go writer.run(ctx)
 	go func() {
 		// The informer retries a refused connection inside its watch
 		// without reporting it; a one-object list until the API answers
