@@ -22,6 +22,7 @@ IncreaseSize in milliseconds, and boots nodes from prebaked images.`,
 	root.AddCommand(newServeCommand(), newVersionCommand(), newCertsCommand())
 	root.AddCommand(newMeshCommand())
 	root.AddCommand(newImagesCommand())
+	root.AddCommand(newTimelineCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "prebake:", err)
 		os.Exit(1)
