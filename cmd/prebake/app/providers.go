@@ -30,6 +30,9 @@ type Deps struct {
 	// whose API is at endpoint (tests route it to a stand-in sshd); nil dials
 	// the builder's address.
 	BuilderDial func(endpoint string) func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Kube, when set, is the cluster a provider's kubeconfig would name (kwok's target);
+	// tests pass a fake.
+	Kube kubernetes.Interface
 }
 
 // Built is one provider built from a config.
@@ -112,10 +115,10 @@ type builtProviders struct {
 }
 
 // buildProviders builds every configured provider, each measured.
-func buildProviders(ctx context.Context, cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger) (builtProviders, error) {
+func buildProviders(ctx context.Context, cfg *config.Config, m *metrics.APIMetrics, log *slog.Logger, kube kubernetes.Interface) (builtProviders, error) {
 	out := builtProviders{providers: map[string]providers.Provider{}}
 	for _, name := range cfg.Providers.Names() {
-		b, err := NewProvider(ctx, cfg, name, Deps{Logger: log})
+		b, err := NewProvider(ctx, cfg, name, Deps{Logger: log, Kube: kube})
 		if err != nil {
 			return out, err
 		}
@@ -129,6 +132,9 @@ func buildProviders(ctx context.Context, cfg *config.Config, m *metrics.APIMetri
 
 func newKwok(_ context.Context, cfg *config.Config, d Deps) (Built, error) {
 	k := cfg.Providers.Kwok
+	if d.Kube != nil {
+		return kwokOn(d.Kube, cfg, d)
+	}
 	rc, err := restConfig(k.Kubeconfig, "providers.kwok.kubeconfig")
 	var noCluster error
 	if errors.Is(err, errNoKubeconfig) {
@@ -145,6 +151,19 @@ func newKwok(_ context.Context, cfg *config.Config, d Deps) (Built, error) {
 	if err != nil {
 		return Built{}, err
 	}
+	if noCluster == nil {
+		return kwokOn(client, cfg, d)
+	}
+	b, err := kwokOn(client, cfg, d)
+	if err != nil {
+		return Built{}, err
+	}
+	return Built{Provider: offline{Provider: b.Provider, err: noCluster}}, nil
+}
+
+// kwokOn is the kwok provider of cfg on the cluster of client.
+func kwokOn(client kubernetes.Interface, cfg *config.Config, d Deps) (Built, error) {
+	k := cfg.Providers.Kwok
 	p, err := kwok.New(kwok.Options{
 		Client:       client,
 		Cluster:      cfg.ClusterName,
@@ -158,9 +177,6 @@ func newKwok(_ context.Context, cfg *config.Config, d Deps) (Built, error) {
 	})
 	if err != nil {
 		return Built{}, err
-	}
-	if noCluster != nil {
-		return Built{Provider: offline{Provider: p, err: noCluster}}, nil
 	}
 	return Built{Provider: p, Kube: client}, nil
 }

@@ -74,7 +74,7 @@ func TestServeBuildsProvidersThroughTheFactory(t *testing.T) {
 	t.Parallel()
 	f := hcloudfake.New(hcloudfake.Options{Token: "tok"})
 	t.Cleanup(f.Close)
-	built, err := buildProviders(context.Background(), hcloudConfigWithNetworks(t, f), metrics.NewAPIMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	built, err := buildProviders(context.Background(), hcloudConfigWithNetworks(t, f), metrics.NewAPIMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

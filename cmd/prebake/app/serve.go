@@ -61,6 +61,9 @@ type Options struct {
 	Logger     *slog.Logger
 	// Ready, when set, is called with the bound addresses once serving.
 	Ready func(grpcAddr, httpAddr string)
+	// kube, when set, is the workload cluster and the kwok provider's target instead of
+	// the config's kubeconfigs; this package's tests pass a fake.
+	kube kubernetes.Interface
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -80,7 +83,7 @@ func Run(ctx context.Context, o Options) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	bc, err := buildCore(ctx, cfg, o.ConfigPath, reg, log, nil)
+	bc, err := buildCore(ctx, cfg, o.ConfigPath, reg, log, o.kube)
 	if err != nil {
 		return err
 	}
@@ -239,9 +242,9 @@ type builtCore struct {
 // and catalog source of cfg and the core over them: what Run serves and
 // what the image canary boots its machine with. kube, when set, stands in
 // for the workload cluster the config would give the bootstrap tokens, the
-// Nodes and the Events (the providers keep their own clients).
+// Nodes, the Events and the kwok provider.
 func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg prometheus.Registerer, log *slog.Logger, kube kubernetes.Interface) (builtCore, error) {
-	built, err := buildProviders(ctx, cfg, metrics.NewAPIMetrics(reg), log)
+	built, err := buildProviders(ctx, cfg, metrics.NewAPIMetrics(reg), log, kube)
 	if err != nil {
 		return builtCore{}, err
 	}
