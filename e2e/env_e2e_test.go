@@ -250,7 +250,7 @@ func (e *env) newStandIn(conn grpc.ClientConnInterface, run bool) *standin.Stand
 		conn = e.conn
 	}
 	s, err := standin.New(standin.Options{
-		Conn: conn, Kube: e.kube, Namespace: e.name, Expander: shippedExpander(e.t),
+		Conn: conn, Kube: e.kube, Namespace: e.name, Expander: shippedExpander(e.t), CAEventsNamespace: metav1.NamespaceSystem,
 		Logger:  slog.New(slog.NewTextHandler(eventLog{e}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OnEvent: func(ev standin.Event) { e.addEvent(ev.At.Format("15:04:05.000") + " " + ev.String()) },
 	})

@@ -49,6 +49,10 @@ type Options struct {
 	// the stand-in's own rule: most pods, then fewest nodes, then the group
 	// listed first.
 	Expander string
+	// CAEventsNamespace, when set, makes the stand-in write the Events CA writes around a
+	// scale-up (caevents.go): ScaledUpGroup on the ConfigMap cluster-autoscaler-status of
+	// this namespace, TriggeredScaleUp on the pods. "" writes none.
+	CAEventsNamespace string
 	// OnEvent, when set, receives every event as it happens. It may be called from several
 	// goroutines at once and must not block.
 	OnEvent func(Event)
@@ -83,6 +87,9 @@ type StandIn struct {
 	order     []string             // instance ids, first listed first
 	slots     map[string][]slot    // by group
 	backoff   map[string]time.Time // group → end of its backoff
+
+	// caEvents is set by Start when Options.CAEventsNamespace is.
+	caEvents *caEvents
 }
 
 // New checks o and returns a stopped StandIn.
@@ -163,6 +170,7 @@ func (s *StandIn) start(ctx context.Context) error {
 		return fmt.Errorf("standin: watch nodes: %w", err)
 	}
 	s.podLister, s.nodeList = podInf.Lister(), nodeInf.Lister()
+	s.startCAEvents(ctx)
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -407,7 +415,13 @@ func (s *StandIn) Loop(ctx context.Context) (res LoopResult, err error) {
 			kind = v.template.Labels[providers.LabelImageKind]
 		}
 	}
-	if err := s.increase(ctx, p.Best.Group, p.Best.Nodes, kind, res.N); err != nil {
+	info := &scaleUpInfo{group: p.Best.Group}
+	for _, in := range inputs {
+		if in.ID == p.Best.Group {
+			info.from, info.to, info.max = in.Target, in.Target+len(p.Best.Nodes), in.Max
+		}
+	}
+	if err := s.increase(ctx, p.Best.Group, p.Best.Nodes, kind, res.N, info); err != nil {
 		return res, err
 	}
 	res.ScaleUp = &ScaleUp{Group: p.Best.Group, Delta: len(p.Best.Nodes), Pods: p.Best.Pods}
@@ -485,8 +499,9 @@ func (s *StandIn) deleteFake(ctx context.Context, group string, failed []*protos
 }
 
 // increase sends IncreaseSize for one new node per entry of nodes and queues the slots that
-// the next listing matches with instance ids.
-func (s *StandIn) increase(ctx context.Context, group string, nodes [][]*corev1.Pod, imageKind string, loop int) error {
+// the next listing matches with instance ids. With info (a loop's scale-up) it writes CA's
+// Events around the call.
+func (s *StandIn) increase(ctx context.Context, group string, nodes [][]*corev1.Pod, imageKind string, loop int, info *scaleUpInfo) error {
 	delta := len(nodes)
 	s.mu.Lock()
 	var earliest time.Time
@@ -508,9 +523,19 @@ func (s *StandIn) increase(ctx context.Context, group string, nodes [][]*corev1.
 	s.mu.Unlock()
 
 	sent := time.Now()
+	if info != nil {
+		s.decisionEvent(*info, sent)
+	}
 	s.emit(Event{At: sent, Kind: EventScaleUp, Subject: group, Detail: fmt.Sprintf("delta %d for %s", delta, joinPods(nodes))})
 	_, err := call(ctx, s, s.client.NodeGroupIncreaseSize, &protos.NodeGroupIncreaseSizeRequest{Id: group, Delta: int32(delta)})
 	returned := time.Now()
+	if info != nil && err == nil {
+		var pods []*corev1.Pod
+		for _, ps := range nodes {
+			pods = append(pods, ps...)
+		}
+		s.triggerEvents(pods, *info, returned)
+	}
 	if err != nil {
 		// CA backs the group off after a failed IncreaseSize.
 		s.mu.Lock()
@@ -537,7 +562,7 @@ func (s *StandIn) IncreaseSize(ctx context.Context, group string, delta int) err
 			kind = n.Labels[providers.LabelImageKind]
 		}
 	}
-	return s.increase(ctx, group, make([][]*corev1.Pod, delta), kind, 0)
+	return s.increase(ctx, group, make([][]*corev1.Pod, delta), kind, 0, nil)
 }
 
 // DeleteNodes scales group down by exactly these nodes, as CA's scale-down does after it
