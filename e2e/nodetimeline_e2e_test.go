@@ -71,7 +71,8 @@ func TestTimelineReport(t *testing.T) {
 			Value: fmt.Sprintf("%.0f ms (SIMULATED boot included)", row.Total.Ms)})
 	}
 	table, _ := e.runTimeline("-o", "table")
-	for _, want := range []string{"SIMULATED: 3 of the nodes are kwok's", " sim", "kwok runs no node script: the boot is SIMULATED (2s)", "kwok runs no node script: the boot is SIMULATED (5s)"} {
+	for _, want := range []string{"SIMULATED: 3 of the nodes are kwok's", " sim", "kwok runs no node script: the boot is SIMULATED (2s)", "kwok runs no node script: the boot is SIMULATED (5s)",
+		"The CA Events of 3 of the nodes were written by " + standin.EventComponent + ", not cluster-autoscaler"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

@@ -129,8 +129,9 @@ func bucketQuantile(h *dto.Histogram, q float64) float64 {
 }
 
 func writeMetrics(w io.Writer, m *Metrics, md bool, heading func(string)) {
-	heading("prebake's own metrics since it started (" + m.Source + ")")
-	fmt.Fprintf(w, "Every instance prebake served since it started, the nodes gone since included: bucket estimates, not limited to the window. %.0f instances requested.\n\n", m.Requested)
+	heading("prebake's own metrics since it started")
+	fmt.Fprintf(w, "From %s: every instance prebake served since it started, the nodes gone since included, not limited to the window. "+
+		"Quantiles are estimates from the histogram's buckets (each about 1.8 times the one below). %.0f instances requested.\n\n", m.Source, m.Requested)
 	t := &table{md: md}
 	t.add("METRIC", "GROUP", "IMAGE KIND", "PHASE", "N", "P50", "P90")
 	for _, p := range m.Phases {

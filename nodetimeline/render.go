@@ -107,6 +107,15 @@ func writeText(w io.Writer, r Report, md bool) error {
 	if r.Simulated > 0 {
 		fmt.Fprintf(w, "SIMULATED: %d of the nodes are kwok's: their boot, Ready and pods are simulated (marked sim), not a machine's.\n", r.Simulated)
 	}
+	components := map[string]int{}
+	for _, n := range r.Nodes {
+		if c := n.Trigger.Component; c != "" && c != "cluster-autoscaler" {
+			components[c]++
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(components)) {
+		fmt.Fprintf(w, "The CA Events of %d of the nodes were written by %s, not cluster-autoscaler.\n", components[c], c)
+	}
 	fmt.Fprintln(w)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "Note: %s\n\n", n)

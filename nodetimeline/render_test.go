@@ -53,6 +53,9 @@ func TestWriteFormats(t *testing.T) {
 			}
 		}
 	}
+	if strings.Contains(out, "not cluster-autoscaler") {
+		t.Errorf("cluster-autoscaler's own Events flagged as another component's:\n%s", out)
+	}
 	if !strings.Contains(out, "? no annotation: "+Legend[UnknownNoAnnotation]) {
 		t.Errorf("table lacks the legend of the unknowns it shows:\n%s", out)
 	}

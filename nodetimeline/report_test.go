@@ -423,3 +423,33 @@ func summary(r Report, phase string) Summary {
 	}
 	return Summary{Phase: phase}
 }
+
+// A node booted without prebake serve (as e2e/realnode's are) has no prebake.dev/timeline:
+// its row has the API's registration, the kubelet's Ready and container start, and the
+// node script's report, which still shows install skipped or timed and checks the clock
+// against the annotation's write.
+func TestBuildNodeBootedWithoutPrebakeServe(t *testing.T) {
+	t.Parallel()
+	n := nodeOf{name: "real-n1", group: "real", created: 95.2, readySince: 97.4,
+		report: fmt.Sprintf(vanillaReport, unixMs(10.1)), reportWritten: 95.9}.build()
+	web := pod("default", "hello", "real-n1", 120, 123.5, false)
+	row := Build(Input{Now: at(200), Nodes: []corev1.Node{n}, Pods: []corev1.Pod{web}, Node: "real-n1"}).Nodes[0]
+	if got := row.Inconsistencies(time.Second); len(got) != 0 {
+		t.Errorf("inconsistencies %q", got)
+	}
+	if b := row.Bootstrap; !b.Reported || b.Install != "ran" || b.Prebaked || b.VMBoot.Known {
+		t.Errorf("bootstrap %+v: want the vanilla report, install ran, and no VM boot (no accepted time)", b)
+	}
+	if row.Skew.Detected || !strings.Contains(row.Skew.Detail, "ended before the annotation was written") {
+		t.Errorf("skew %+v: want the one check it can make", row.Skew)
+	}
+	if p := row.Phase(Registered + " → " + Ready); !p.Known || p.MinMs != 1001 || p.MaxMs != 2999 {
+		t.Errorf("registered → ready %+v, want 1–3 s from whole-second API and kubelet times", p)
+	}
+	if p := row.Phase(Ready + " → " + PodRunning); !p.Known || p.Ms != 26000 {
+		t.Errorf("ready → first pod Running %+v, want 26 s (the pod was created late)", p)
+	}
+	if row.Total.Known {
+		t.Errorf("total %+v known without a request time", row.Total)
+	}
+}
