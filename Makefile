@@ -49,10 +49,10 @@ while kill -0 $$pid 2>/dev/null; do sleep 1; s=$$((s+1)); \
   if [ $$((s % 15)) -eq 0 ]; then echo "  ... still $(2) ($${s}s)"; fi; done; wait $$pid
 endef
 
-demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline
+demo: ## bring up a hermetic cluster + prebake, scale up, print the timeline and `prebake timeline`'s report (DEMO_FLAGS=-hold keeps the cluster up)
 	@echo "make demo: compiling the demo driver and prebake (the first run downloads Go modules and takes minutes on 2 cores)"
 	@$(call progress,$(GO) build -o bin/prebake-demo ./e2e/demo,compiling the demo driver)
-	bin/prebake-demo
+	bin/prebake-demo $(DEMO_FLAGS)
 
 demo-docker: ## real nodes in Docker containers (needs root, Docker, debootstrap): a prebaked and a vanilla node scale up, phase table at the end; the first run builds the images
 	@echo "make demo-docker: compiling the demo driver (the first run also builds the control plane, node binaries and images: minutes on 2 cores)"

@@ -5,7 +5,13 @@
 // exits, also on Ctrl-C.
 //
 //	go run ./e2e/demo [-config examples/kwok.yaml] [-pods 4] [-cpu 700m] [-system-node=true]
+//	go run ./e2e/demo -hold                  # then keep the cluster: run `prebake timeline` against it yourself
 //	go run ./e2e/demo -compare [-pods 8]     # node Ready → pod Running: no Nodes vs tuned backoff vs system Node
+//
+// At the end of a scale-up it runs `prebake timeline --since 10m` (the binary it built) on
+// the cluster and prints the report: the demo's nodes, every phase it can know, kwok's
+// marked SIMULATED. With -hold the cluster and prebake serve stay up until Ctrl-C, and the
+// demo prints the KUBECONFIG to point `prebake timeline` at.
 //
 // The cluster gets one tainted Node that no node group owns (kubetest.SystemNode), as every
 // cluster that runs cluster-autoscaler in it has; see docs/performance.md for why the
@@ -21,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -43,6 +50,7 @@ import (
 	"github.com/prebake-dev/prebake/e2e/timeline"
 	"github.com/prebake-dev/prebake/e2e/wait"
 	"github.com/prebake-dev/prebake/internal/kubetest"
+	"github.com/prebake-dev/prebake/nodetimeline"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/kwok"
 )
@@ -84,6 +92,7 @@ func run() int {
 	maxBackoff := flag.Duration("scheduler-max-backoff", 0, "kube-scheduler's podMaxBackoffSeconds, whole seconds (0: its default, 10s)")
 	schedV := flag.Int("scheduler-v", 0, "kube-scheduler's -v (4: every attempt and why it failed, 5: also every queue move); implies -keep")
 	keep := flag.Bool("keep", false, "keep the work directory, with the component logs, and print its path")
+	hold := flag.Bool("hold", false, "after the scale-up and its `prebake timeline` report, keep the cluster and prebake serve running until Ctrl-C, and print the KUBECONFIG to run `prebake timeline` against it")
 	compare := flag.Bool("compare", false, "run the scale-up three times, each on a fresh cluster (no Nodes with the scheduler's defaults; no Nodes with 1s backoff; the system Node with the defaults), and print node Ready → pod Running side by side; -system-node and -scheduler-*-backoff are then ignored")
 	flag.Parse()
 
@@ -93,7 +102,7 @@ func run() int {
 	defer cancel()
 	c := &clock{began: time.Now(), out: os.Stdout}
 
-	o := demoOptions{config: *cfgFlag, pods: *pods, cpu: *cpu, keep: *keep || *schedV > 0, compare: *compare,
+	o := demoOptions{config: *cfgFlag, pods: *pods, cpu: *cpu, keep: *keep || *schedV > 0, compare: *compare, hold: *hold,
 		round: roundOptions{
 			systemNode: *systemNode,
 			scheduler:  kubetest.SchedulerOptions{Verbosity: *schedV, PodInitialBackoff: *initBackoff, PodMaxBackoff: *maxBackoff},
@@ -118,6 +127,7 @@ type demoOptions struct {
 	cpu     string
 	keep    bool
 	compare bool
+	hold    bool
 	round   roundOptions
 }
 
@@ -126,6 +136,9 @@ type roundOptions struct {
 	name       string // the round's work subdirectory and, with -compare, its row
 	systemNode bool
 	scheduler  kubetest.SchedulerOptions
+	// report runs `prebake timeline` at the end; hold then waits for Ctrl-C before
+	// stopping anything.
+	report, hold bool
 }
 
 // compareRounds are -compare's variants: the cluster the demo had before the system Node,
@@ -204,7 +217,7 @@ func demo(ctx context.Context, c *clock, o demoOptions) error {
 
 	if !o.compare {
 		r := o.round
-		r.name = "demo"
+		r.name, r.report, r.hold = "demo", true, o.hold
 		res, err := round(ctx, c, env, r)
 		if err != nil {
 			return err
@@ -306,7 +319,7 @@ func round(ctx context.Context, c *clock, env *demoEnv, r roundOptions) (res rou
 	}
 	defer conn.Close()
 	s, err := standin.New(standin.Options{
-		Conn: conn, Kube: kube, Namespace: podNamespace, Expander: env.expander,
+		Conn: conn, Kube: kube, Namespace: podNamespace, Expander: env.expander, CAEventsNamespace: metav1.NamespaceSystem,
 		OnEvent: func(e standin.Event) { c.printf("%s", e) },
 	})
 	if err != nil {
@@ -350,8 +363,50 @@ func round(ctx context.Context, c *clock, env *demoEnv, r roundOptions) (res rou
 			string(providers.ImageRuntimeInstall): boot.RuntimeInstall.Duration,
 		},
 	})
-	res.readyToRunning, err = podReadyToRunning(ctx, kube, s, insts)
-	return res, err
+	if res.readyToRunning, err = podReadyToRunning(ctx, kube, s, insts); err != nil {
+		return res, err
+	}
+	if r.report {
+		if err := timelineReport(ctx, c, kube, env.bin, backend.Kubeconfig()); err != nil {
+			return res, err
+		}
+	}
+	if r.hold {
+		fmt.Printf("\nThe cluster and prebake serve keep running until Ctrl-C. In another shell:\n\n"+
+			"  KUBECONFIG=%s %s timeline --since 10m\n\n(or bin/prebake after make build; kubectl works with the same KUBECONFIG)\n\n", backend.Kubeconfig(), env.bin)
+		<-ctx.Done()
+		c.printf("Ctrl-C: stopping")
+	}
+	return res, nil
+}
+
+// timelineReport waits (briefly) until prebake has written each node's timeline up to its
+// first pod Running, then runs `prebake timeline --since 10m` on the cluster, as a user
+// would, and prints its report.
+func timelineReport(ctx context.Context, c *clock, kube kubernetes.Interface, bin, kubeconfig string) error {
+	err := wait.Poll(ctx, 30*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		l, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: providers.LabelGroup})
+		if err != nil {
+			return false, err
+		}
+		for _, n := range l.Items {
+			if m, err := nodetimeline.ParseMoments(n.Annotations[nodetimeline.Annotation]); err != nil || m.PodRunning.IsZero() {
+				return false, nil
+			}
+		}
+		return len(l.Items) > 0, nil
+	})
+	if err != nil {
+		c.printf("not every node's timeline is complete yet (%v); the report says what is unknown", err)
+	}
+	c.printf("running: prebake timeline --since 10m")
+	cmd := exec.CommandContext(ctx, bin, "timeline", "--kubeconfig", kubeconfig, "--since", "10m")
+	cmd.Stdout, cmd.Stderr = os.Stdout, c
+	fmt.Println()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("prebake timeline: %w", err)
+	}
+	return nil
 }
 
 // podReadyToRunning is, for each demo pod, the time from its node seen Ready to the pod
