@@ -363,6 +363,18 @@ func TestMatchEventsPicksTheRequestsScaleUp(t *testing.T) {
 	if !strings.Contains(row.Trigger.Decision, "size to 2 instead of 0") || row.Trigger.Pod != "shop/web-0" {
 		t.Errorf("trigger %+v, want the 0->2 scale-up and web-0", row.Trigger)
 	}
+	// Two scale-ups of a group a second apart: the earlier one's TriggeredScaleUp falls in
+	// the same second as the later request; the decision's sizes tell them apart.
+	web0, web7 := pod("shop", "web-0", "", 0.4, 0, false), pod("shop", "web-7", "", 1.8, 0, false)
+	second := nodeOf{name: "cx-fsn1-2nd01", group: "cx-fsn1", created: 31.8,
+		moments: "requested=2026-12-02T10:00:02.512Z accepted=2026-12-02T10:00:03.104Z"}.build()
+	row = find(t, Build(Input{Now: at(60), Nodes: []corev1.Node{second}, Pods: []corev1.Pod{web0, web7}, Events: []corev1.Event{
+		caDecision("cx-fsn1", 0, 2, 1.2), caTrigger(web0, "cx-fsn1", 0, 2, 2.1),
+		caDecision("cx-fsn1", 2, 3, 2.4), caTrigger(web7, "cx-fsn1", 2, 3, 3.2),
+	}}), "cx-fsn1-2nd01")
+	if !strings.Contains(row.Trigger.Decision, "size to 3 instead of 2") || row.Trigger.Pod != "shop/web-7" || row.Trigger.Pods != 1 {
+		t.Errorf("trigger %+v, want the 2->3 scale-up and web-7 alone", row.Trigger)
+	}
 	// The pod CA named is gone: the pod Pending cell says so.
 	in = scaleUp()
 	in.Pods = in.Pods[2:]
@@ -433,7 +445,8 @@ func TestBuildNodeBootedWithoutPrebakeServe(t *testing.T) {
 	n := nodeOf{name: "real-n1", group: "real", created: 95.2, readySince: 97.4,
 		report: fmt.Sprintf(vanillaReport, unixMs(10.1)), reportWritten: 95.9}.build()
 	web := pod("default", "hello", "real-n1", 120, 123.5, false)
-	row := Build(Input{Now: at(200), Nodes: []corev1.Node{n}, Pods: []corev1.Pod{web}, Node: "real-n1"}).Nodes[0]
+	proxy := pod("kube-system", "kube-proxy-7xk2q", "real-n1", 95.3, 98.1, true) // runs first on every node: not it
+	row := Build(Input{Now: at(200), Nodes: []corev1.Node{n}, Pods: []corev1.Pod{proxy, web}, Node: "real-n1"}).Nodes[0]
 	if got := row.Inconsistencies(time.Second); len(got) != 0 {
 		t.Errorf("inconsistencies %q", got)
 	}
@@ -447,7 +460,7 @@ func TestBuildNodeBootedWithoutPrebakeServe(t *testing.T) {
 		t.Errorf("registered → ready %+v, want 1–3 s from whole-second API and kubelet times", p)
 	}
 	if p := row.Phase(Ready + " → " + PodRunning); !p.Known || p.Ms != 26000 {
-		t.Errorf("ready → first pod Running %+v, want 26 s (the pod was created late)", p)
+		t.Errorf("ready → first pod Running %+v, want 26 s: hello's start, not kube-proxy's", p)
 	}
 	if row.Total.Known {
 		t.Errorf("total %+v known without a request time", row.Total)

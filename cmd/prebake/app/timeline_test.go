@@ -76,7 +76,8 @@ func TestTimelineWriterAnnotatesNodes(t *testing.T) {
 	ctx := t.Context()
 	core := &stubCore{timelines: map[string]autoscaling.InstanceTimeline{
 		"fake://a": {Group: "g", Requested: t0, Accepted: t0.Add(40 * time.Millisecond), Registered: t0.Add(2 * time.Second)},
-		"fake://b": {Group: "g", Adopted: true},
+		// The core gives adopted machines no times; the writer skips them whatever it gets.
+		"fake://b": {Group: "g", Adopted: true, Requested: t0},
 	}}
 	earlier := "requested=2026-12-02T09:59:59.000Z"
 	a := testNode("a", "fake://a", map[string]string{nodetimeline.Annotation: earlier})
