@@ -466,3 +466,39 @@ func TestBuildNodeBootedWithoutPrebakeServe(t *testing.T) {
 		t.Errorf("total %+v known without a request time", row.Total)
 	}
 }
+
+// realPrebakedReport is what node.sh wrote on a prebaked image in a Debian root filesystem
+// (bootstrap's system test TestInstallVanillaThenPrebaked, kubectl a shim that logs its
+// arguments): install skipped, 210 ms of the 354 ms spent between phases.
+const realPrebakedReport = "prebaked=true total=354ms start=1796174331388 manifest=16ms/ok plan=61ms/ok install=2ms/skipped configure=19ms/ok kubelet=34ms/ok join=12ms/ok"
+
+func TestBuildReadsARealNodeScriptReport(t *testing.T) {
+	t.Parallel()
+	start := time.UnixMilli(1796174331388).UTC()
+	ms := func(d float64) string {
+		return start.Add(time.Duration(d * float64(time.Millisecond))).Format(annotationTimeLayout)
+	}
+	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-b", CreationTimestamp: metav1.NewTime(start.Add(300 * time.Millisecond).Truncate(time.Second)),
+		Labels: map[string]string{providers.LabelGroup: "g", providers.LabelImageKind: "prebaked"},
+		Annotations: map[string]string{
+			bootstrap.NodeAnnotation: realPrebakedReport,
+			Annotation:               "requested=" + ms(-21000) + " accepted=" + ms(-20950) + " running=" + ms(-9000) + " registered=" + ms(280) + " ready=" + ms(1400),
+		}}}
+	row := Build(Input{Now: start.Add(time.Minute), Nodes: []corev1.Node{n}}).Nodes[0]
+	b := row.Bootstrap
+	if !b.Reported || !b.Prebaked || b.Install != "skipped" || b.TotalMs != 354 || len(b.Phases) != 6 || !b.Start.Equal(start) {
+		t.Fatalf("bootstrap %+v: want the real report read whole", b)
+	}
+	if end := b.Phases[5].End; !end.Equal(start.Add(144 * time.Millisecond)) {
+		t.Errorf("join ends %s, want start + the phases' 144 ms", end)
+	}
+	if got := row.Inconsistencies(time.Second); len(got) != 0 {
+		t.Errorf("inconsistencies %q", got)
+	}
+	if got := row.Inconsistencies(100 * time.Millisecond); len(got) != 1 || !strings.Contains(got[0], "144ms of its 354ms") {
+		t.Errorf("with 100 ms of tolerance: %q, want the script's 210 ms between phases named", got)
+	}
+	if v := b.VMBoot; !v.Known || v.Ms != 20950 || row.Skew.Detected {
+		t.Errorf("VM boot %+v, skew %+v: want 20950 ms and no skew", v, row.Skew)
+	}
+}
