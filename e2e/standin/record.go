@@ -64,6 +64,7 @@ const (
 	EventListed         EventKind = "instance listed"
 	EventCreateError    EventKind = "creation error"
 	EventBackoff        EventKind = "group backed off"
+	EventDrained        EventKind = "node drained"
 	EventDeleteNodes    EventKind = "DeleteNodes"
 	EventNodeRegistered EventKind = "node registered"
 	EventNodeReady      EventKind = "node Ready"
