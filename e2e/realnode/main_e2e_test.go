@@ -142,10 +142,12 @@ func (progress) Write(p []byte) (int, error) {
 	return os.Stderr.Write(p)
 }
 
-func addReport(c timeline.Comparison) {
+func addReport(c timeline.Comparison) { addReportText(c.Markdown()) }
+
+func addReportText(s string) {
 	reportMu.Lock()
 	defer reportMu.Unlock()
-	report = append(report, c.Markdown())
+	report = append(report, s)
 }
 
 func tempFile(t *testing.T, name string) string { return filepath.Join(t.TempDir(), name) }

@@ -3,8 +3,12 @@
 package realnode
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/wait"
+	"github.com/prebake-dev/prebake/nodetimeline"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -96,7 +101,14 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 				t.Errorf("prebaked node %s: label %s=%q, want %s", node.Name, providers.LabelImage, node.Labels[providers.LabelImage], img.ID)
 			}
 		}
-		runs = append(runs, Measure(in, boot))
+		checkTimelineReport(t, s, node.Name, p.group, in, boot)
+		run := Measure(in, boot)
+		for _, m := range run {
+			if m.D < 0 {
+				t.Errorf("%s node %s: phase %q (%s → %s) was not measured", p.kind, node.Name, m.Phase, m.From, m.To)
+			}
+		}
+		runs = append(runs, run)
 		cols = append(cols, fmt.Sprintf("%s (%s)", p.kind, node.Name))
 		nodes[p.group] = &nodeAndID{name: node.Name, id: in.ID, container: ct.ID, volume: strings.TrimPrefix(ct.Name, "/") + "-containerd"}
 		t.Logf("%s node %s: install %s (%s); installed %v", p.kind, node.Name, inst.Result, inst.Detail, boot.Status.Installed)
@@ -110,19 +122,22 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 		t.Errorf("prebaked pod's Pulled events %q: want the image already present (baked)", ev)
 	}
 
+	// What a user sees: `prebake timeline` over both real nodes, kept for docs/timeline.md.
+	tl := s.runTimeline("-o", "markdown")
+	t.Logf("prebake timeline --cluster %s -o markdown:\n%s", s.cluster, tl)
+	addReportText("prebake timeline over the real nodes of this run (`prebake timeline --cluster " + s.cluster + " -o markdown`):\n\n" + tl)
+
 	c := Compare(fmt.Sprintf("Pending pod → pod Running on real nodes (docker provider, %s), measured:", w.HostDescription(s.ctx)), cols, runs...)
 	c.Notes = append(c.Notes, fmt.Sprintf("prebaked image %s: built by `prebake images build` in %s (builder boot, install, pod images pulled, commit).", img.ID, img.Took.Round(time.Second)),
 		"Binaries come from a file server on the Docker network's gateway (the stand-in for the upstream download, sha256-checked); Debian packages from Debian's mirror; pod images from a local registry.")
 	t.Logf("\n%s", c.Markdown())
 	addReport(c)
 
-	// Scale down: DeleteNodes through the stand-in, as CA after a drain.
+	// Scale down as CA's does: drain (CA's taint, then the pods evicted; the real kubelet
+	// stops them), then DeleteNodes.
 	for _, g := range []string{groupVanilla, groupPrebaked} {
 		n := nodes[g]
-		if err := w.Kube.CoreV1().Pods(s.cluster).DeleteCollection(s.ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name}); err != nil {
-			t.Fatal(err)
-		}
-		node, err := w.Kube.CoreV1().Nodes().Get(s.ctx, n.name, metav1.GetOptions{})
+		node, err := s.standin.Drain(s.ctx, n.name, 2*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,6 +225,27 @@ func TestRestartWhileNodesBoot(t *testing.T) {
 	if strings.TrimPrefix(cs[0].Names[0], "/") != booting {
 		t.Errorf("the node that runs the pod is %s, not %s that booted across the restart", cs[0].Names[0], booting)
 	}
+	// No orphan anywhere: one containerd volume (the machine's), one Node of the group.
+	left, err := Leftovers(s.ctx, w.Engine, s.cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vols []string
+	for _, l := range left {
+		if strings.HasPrefix(l, "volume ") {
+			vols = append(vols, l)
+		}
+	}
+	if len(vols) != 1 || vols[0] != "volume "+booting+"-containerd" {
+		t.Errorf("after the restart the engine holds %v; want only the volume of %s", vols, booting)
+	}
+	nodes, err := w.Kube.CoreV1().Nodes().List(s.ctx, metav1.ListOptions{LabelSelector: providers.LabelCluster + "=" + s.cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != 1 {
+		t.Errorf("after the restart %d Nodes of cluster %s, want 1", len(nodes.Items), s.cluster)
+	}
 }
 
 // TestWrongCAHashFailsWithTheNodesError renders the nodes' user-data with a CA pin that is
@@ -231,4 +267,89 @@ func TestWrongCAHashFailsWithTheNodesError(t *testing.T) {
 			t.Errorf("error lacks %q (the node's own words)", want)
 		}
 	}
+}
+
+// checkTimelineReport runs `prebake timeline` (the built binary, as a user would) on the real
+// node: its row is a real machine's (nothing simulated), every moment from the Pending pod to
+// the first pod Running is known, the phases add up and run forward, the install is skipped
+// on a prebaked image and, on a vanilla one, lasted what the node's own status file says; its
+// moments agree with what the stand-in saw.
+func checkTimelineReport(t *testing.T, s *scenario, node, group string, in standin.Instance, boot Boot) {
+	t.Helper()
+	// prebake writes the first pod Running onto the Node once its pod watch saw it.
+	if err := wait.Poll(s.ctx, time.Minute, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		n, err := s.w.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		m, err := nodetimeline.ParseMoments(n.Annotations[nodetimeline.Annotation])
+		return err == nil && !m.PodRunning.IsZero(), err
+	}); err != nil {
+		t.Fatalf("node %s: no first pod Running in its %s annotation: %v", node, nodetimeline.Annotation, err)
+	}
+	var rep nodetimeline.Report
+	if err := json.Unmarshal([]byte(s.runTimeline("--node", node, "-o", "json")), &rep); err != nil {
+		t.Fatalf("prebake timeline -o json: %v", err)
+	}
+	if len(rep.Nodes) != 1 {
+		t.Fatalf("prebake timeline --node %s: %d rows, want 1", node, len(rep.Nodes))
+	}
+	row := rep.Nodes[0]
+	if row.Simulated != "" || rep.Simulated != 0 {
+		t.Errorf("timeline of %s: a real node marked simulated (%q)", node, row.Simulated)
+	}
+	if bad := row.Inconsistencies(time.Second); len(bad) > 0 {
+		t.Errorf("timeline of %s does not add up: %q", node, bad)
+	}
+	for _, p := range row.Phases {
+		if !p.Known {
+			t.Errorf("timeline of %s: phase %s unknown (%s)", node, p.Name, p.Unknown)
+		}
+	}
+	want := map[string]string{groupVanilla: "ran", groupPrebaked: "skipped"}[group]
+	if row.Bootstrap.Install != want {
+		t.Errorf("timeline of %s: install %q, want %q", node, row.Bootstrap.Install, want)
+	}
+	// The install's duration is the node's own figure, carried unchanged.
+	inst, _ := boot.Status.Phase("install")
+	for _, p := range row.Bootstrap.Phases {
+		if p.Name != "install" {
+			continue
+		}
+		if d := p.Ms - inst.Duration().Milliseconds(); d < -1 || d > 1 {
+			t.Errorf("timeline of %s: install %d ms, the node's status file says %s", node, p.Ms, inst.Duration())
+		}
+		if group == groupVanilla && p.Ms < 1000 {
+			t.Errorf("timeline of %s: a runtime install of %d ms: the report lost its duration", node, p.Ms)
+		}
+	}
+	// The API's times have whole seconds; the stand-in's watch adds its delay.
+	for _, m := range []struct {
+		name string
+		saw  time.Time
+	}{{nodetimeline.Requested, in.IncreaseSent}, {nodetimeline.Registered, in.Registered}, {nodetimeline.Ready, in.Ready}, {nodetimeline.PodRunning, in.PodRunning}} {
+		got := row.Moment(m.name)
+		if !got.Known() {
+			t.Errorf("timeline of %s: %s unknown", node, m.name)
+			continue
+		}
+		if d := got.At.Sub(m.saw); d > 2*time.Second || d < -2*time.Second {
+			t.Errorf("timeline of %s: %s at %s, the stand-in saw %s", node, m.name, got.At.Format(time.RFC3339Nano), m.saw.Format(time.RFC3339Nano))
+		}
+	}
+	if saw := in.Ready.Sub(in.IncreaseSent); math.Abs(row.Total.Ms-float64(saw.Milliseconds())) > 3000 {
+		t.Errorf("timeline of %s: %s %.0f ms, the stand-in measured %s", node, nodetimeline.PhaseTotal, row.Total.Ms, saw)
+	}
+}
+
+// runTimeline runs the built `prebake timeline` against the world's cluster.
+func (s *scenario) runTimeline(args ...string) string {
+	s.t.Helper()
+	cmd := exec.CommandContext(s.ctx, s.w.Prebake, append([]string{"timeline", "--kubeconfig", s.w.Cluster.Kubeconfig(), "--cluster", s.cluster, "--since", "1h"}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		s.t.Fatalf("prebake timeline %v: %v\n%s", args, err, errOut.String())
+	}
+	return out.String()
 }

@@ -73,7 +73,7 @@ func newScenario(t *testing.T, w *World, suffix string, timeout time.Duration, o
 		t.Fatal(err)
 	}
 	si, err := standin.New(standin.Options{
-		Conn: s.conn, Kube: w.Kube, Namespace: s.cluster, Expander: shippedExpander(t),
+		Conn: s.conn, Kube: w.Kube, Namespace: s.cluster, Expander: shippedExpander(t), CAEventsNamespace: metav1.NamespaceSystem,
 		Logger:  slog.New(slog.NewTextHandler(eventLog{s}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OnEvent: func(ev standin.Event) { s.addEvent(ev.At.Format("15:04:05.000") + " " + ev.String()) },
 	})
