@@ -188,15 +188,11 @@ func Ensure(ctx context.Context, engine Engine, opts Options) (Image, error) {
 		return img, nil
 	}
 
-	tarball := filepath.Join(opts.CacheDir, Suite+"-"+hash[:12]+".tar")
-	if st, err := os.Stat(tarball); err != nil || time.Since(st.ModTime()) >= opts.MaxAge {
-		if err := buildTarball(ctx, tarball, opts, logf); err != nil {
-			return Image{}, err
-		}
-		img.Built = true
-	} else {
-		logf("reusing root filesystem %s", tarball)
+	tarball, built, err := ensureTarball(ctx, opts, hash, logf)
+	if err != nil {
+		return Image{}, err
 	}
+	img.Built = built
 
 	began := time.Now()
 	logf("importing %s into Docker as %s", tarball, img.Ref)
@@ -207,6 +203,41 @@ func Ensure(ctx context.Context, engine Engine, opts Options) (Image, error) {
 	img.ID, img.Imported = id, true
 	logf("imported %s (%s) in %s", img.Ref, shortID(id), time.Since(began).Round(100*time.Millisecond))
 	return img, nil
+}
+
+// EnsureTarball makes the cached root filesystem tarball Ensure imports, without touching
+// the engine: for a CI step that fills the cache before the tests (debootstrap takes minutes).
+// It returns the tarball's path and whether it was made now.
+func EnsureTarball(ctx context.Context, opts Options) (string, bool, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return "", false, fmt.Errorf("docker base image: %w", err)
+	}
+	if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
+		return "", false, fmt.Errorf("docker base image: create cache dir: %w", err)
+	}
+	unlock, err := lock(ctx, filepath.Join(opts.CacheDir, ".lock"))
+	if err != nil {
+		return "", false, err
+	}
+	defer unlock()
+	return ensureTarball(ctx, opts, InputsHash(opts.Mirror), func(format string, args ...any) {
+		fmt.Fprintf(opts.Out, "docker base image: %s\n", fmt.Sprintf(format, args...))
+	})
+}
+
+// ensureTarball makes the tarball for hash unless a young enough one is cached; the caller
+// holds the cache's lock.
+func ensureTarball(ctx context.Context, opts Options, hash string, logf func(string, ...any)) (string, bool, error) {
+	tarball := filepath.Join(opts.CacheDir, Suite+"-"+hash[:12]+".tar")
+	if st, err := os.Stat(tarball); err == nil && time.Since(st.ModTime()) < opts.MaxAge {
+		logf("reusing root filesystem %s", tarball)
+		return tarball, false, nil
+	}
+	if err := buildTarball(ctx, tarball, opts, logf); err != nil {
+		return "", false, err
+	}
+	return tarball, true, nil
 }
 
 // current reports the image's id when ref exists with the wanted inputs hash and is younger

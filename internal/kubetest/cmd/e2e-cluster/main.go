@@ -2,7 +2,7 @@
 // for poking at a cluster by hand:
 //
 //	go run ./internal/kubetest/cmd/e2e-cluster build          # build or reuse the binaries
-//	go run ./internal/kubetest/cmd/e2e-cluster build-node     # build or reuse kubelet and kubeadm
+//	go run ./internal/kubetest/cmd/e2e-cluster build-node     # build or reuse kubelet, kubeadm, kubectl and crictl
 //	go run ./internal/kubetest/cmd/e2e-cluster up [-dir D]    # start; Ctrl-C stops it
 //	    [-system-node=true] [-scheduler-v N] [-scheduler-initial-backoff 1s] [-scheduler-max-backoff 10s]
 //	go run ./internal/kubetest/cmd/e2e-cluster reap -dir D    # kill what a killed `up` left
@@ -59,6 +59,10 @@ func run(args []string) error {
 	case "build-node":
 		bins, err := kubetest.BuildNodeBinaries(ctx, kubetest.BuildOptions{Out: os.Stderr})
 		if err != nil {
+			return err
+		}
+		// kubectl and crictl, which node images carry (the docker provider's real nodes).
+		if _, err := kubetest.BuildNodeTools(ctx, kubetest.BuildOptions{Out: os.Stderr}); err != nil {
 			return err
 		}
 		fmt.Println(filepath.Dir(bins.Kubelet))
