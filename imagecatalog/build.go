@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -84,8 +85,10 @@ type BuildSpec struct {
 	// kernel settings.
 	Components map[string]string `yaml:"components" json:"components"`
 	// ContainerImages are pulled into the builder's containerd, so nodes of
-	// the image have them (the pod sandbox image, say). They count through the
-	// user-data that pulls them.
+	// the image have them (the pod sandbox image, say): fully qualified
+	// references, by tag or pinned by digest (name:tag@sha256:...). They are
+	// inputs of their own (Inputs.ContainerImages), and the build's report
+	// must hold each one (VerifyBuild).
 	ContainerImages []string `yaml:"containerImages,omitempty" json:"containerImages,omitempty"`
 	// UserData is the runtime-install user-data the builder boots with.
 	UserData []byte `yaml:"-" json:"-"`
@@ -106,10 +109,12 @@ func (s BuildSpec) Family() Family { return Family(s.OS) }
 func (s BuildSpec) Manifest() Manifest { return ManifestFor(s.Family(), s.Components) }
 
 // Inputs are what the spec's image depends on. The user-data counts through
-// its hash, so a new install script means a new image.
+// its hash, so a new install script means a new image. The container images
+// count on their own, whatever user-data pulls them (InputsHash sorts them).
 func (s BuildSpec) Inputs() Inputs {
 	sum := sha256.Sum256(s.UserData)
-	return Inputs{BaseImage: s.BaseImage, Manifest: s.Manifest(), ScriptVersion: "user-data-sha256:" + hex.EncodeToString(sum[:])}
+	return Inputs{BaseImage: s.BaseImage, Manifest: s.Manifest(), ScriptVersion: "user-data-sha256:" + hex.EncodeToString(sum[:]),
+		ContainerImages: slices.Clone(s.ContainerImages)}
 }
 
 func (s BuildSpec) channel() string {
@@ -224,10 +229,10 @@ func Build(ctx context.Context, api BuildAPI, store Store, spec BuildSpec, opts 
 	if err != nil {
 		return BuildResult{}, fmt.Errorf("%s: %w", where, err)
 	}
-	if err := VerifyFor(spec.Family(), want, report); err != nil {
+	if err := VerifyBuild(spec, report); err != nil {
 		return BuildResult{}, fmt.Errorf("%s: builder %s: %w; nothing was published", where, b.ID, err)
 	}
-	progress("%s: verified: %d components at the requested versions, hygiene passed", where, len(want.Components))
+	progress("%s: verified: %d components at the requested versions, %d container images, hygiene passed", where, len(want.Components), len(spec.ContainerImages))
 
 	now := opts.Now().UTC()
 	name := Name{OS: spec.OS, OSVersion: spec.OSVersion, K8s: spec.K8s, Arch: spec.Arch, Built: now}

@@ -440,3 +440,59 @@ func TestRefresh(t *testing.T) {
 		t.Errorf("stable history (-want +got):\n%s", d)
 	}
 }
+
+// TestBuildRecordsContainerImageDigests: the digests the builder reports
+// become the catalog image's manifest (through the catalog document); a
+// pinned image the builder pulled at another digest, or one it did not
+// report, publishes nothing and the error names the image.
+func TestBuildRecordsContainerImageDigests(t *testing.T) {
+	t.Parallel()
+	digest := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	pause := "registry.k8s.io/pause:3.10"
+	app := "registry.example/team/app:1.2@" + digest("c")
+	for name, tt := range map[string]struct {
+		reported map[string]string
+		wantErr  string // "" means published
+	}{
+		"recorded":                 {reported: map[string]string{pause: digest("a"), app: digest("c")}},
+		"pinned at another digest": {reported: map[string]string{pause: digest("a"), app: digest("d")}, wantErr: "container image " + app + ": pinned to " + digest("c") + ", but the builder pulled " + digest("d")},
+		"not pulled":               {reported: map[string]string{app: digest("c")}, wantErr: "container image " + pause + " is not in the report"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cloud := newBuildCloud(t, builderPlay{tamper: func(r *imagecatalog.Report) { r.Observed.ContainerImages = tt.reported }})
+			store := imagecatalog.FileStore{Path: filepath.Join(t.TempDir(), "images.yaml")}
+			spec := buildSpec(exactVersions())
+			spec.ContainerImages = []string{pause, app}
+			var progress bytes.Buffer
+			res, err := imagecatalog.Build(ctx, cloud.p, store, spec, fastBuild(cloud.clock, &progress))
+			c, _, lerr := store.Load(ctx)
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "nothing was published") {
+					t.Fatalf("build error %v, want one containing %q", err, tt.wantErr)
+				}
+				if len(c.Images) != 0 || len(snapshots(t, cloud.p)) != 0 {
+					t.Errorf("a failed build left %d catalog images, %d snapshots", len(c.Images), len(snapshots(t, cloud.p)))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("build: %v\n%s", err, progress.String())
+			}
+			im, ok := c.Image(res.Image.ID)
+			if !ok {
+				t.Fatalf("image %s not in the catalog", res.Image.ID)
+			}
+			if d := cmp.Diff(tt.reported, im.Manifest.ContainerImages); d != "" {
+				t.Errorf("catalog image's container images (-reported +catalog):\n%s", d)
+			}
+			if !strings.Contains(progress.String(), "2 container images") {
+				t.Errorf("progress does not count the container images:\n%s", progress.String())
+			}
+		})
+	}
+}

@@ -128,6 +128,7 @@ func (c Catalog) Clone() Catalog {
 		im.Manifest.Components = cloneMap(im.Manifest.Components)
 		im.Manifest.Sysctls = cloneMap(im.Manifest.Sysctls)
 		im.Manifest.Modules = slices.Clone(im.Manifest.Modules)
+		im.Manifest.ContainerImages = cloneMap(im.Manifest.ContainerImages)
 		if im.Verified != nil {
 			v := *im.Verified
 			im.Verified = &v
@@ -414,31 +415,59 @@ func (e *ResolveError) Unwrap() error { return e.Reason }
 // that says why not. It never picks "the newest": a match on two channels
 // with different images is an error naming both.
 func Resolve(c Catalog, q Query) (string, error) {
+	id, _, err := ResolvePreferring(c, q, nil)
+	return id, err
+}
+
+// ResolvePreferring is Resolve for a group that expects container images
+// (image.containerImages). The channels' pointers decide as they do for
+// Resolve; the list only breaks a tie that Resolve refuses: when the query
+// matches channels that point to different images and exactly one of those
+// images (not deprecated) holds every listed image, it is the one. missing
+// lists the references the image returned does not hold (see
+// Manifest.MissingContainerImages): it is booted all the same, and the
+// kubelet pulls them.
+func ResolvePreferring(c Catalog, q Query, containerImages []string) (id string, missing []string, err error) {
 	var hits []Channel
 	for _, ch := range c.Channels {
 		if q.matches(ch) && ch.Image != "" {
 			hits = append(hits, ch)
 		}
 	}
-	fail := func(reason error, detail string, cands ...string) (string, error) {
-		return "", &ResolveError{Query: q, Reason: reason, Candidates: cands, Detail: detail}
+	fail := func(reason error, detail string, cands ...string) (string, []string, error) {
+		return "", nil, &ResolveError{Query: q, Reason: reason, Candidates: cands, Detail: detail}
 	}
 	if len(hits) == 0 {
 		return fail(ErrNotFound, "no channel with an image matches; publish and promote one (groups fall back to runtime install)")
 	}
-	id := hits[0].Image
+	id = hits[0].Image
 	for _, h := range hits[1:] {
-		if h.Image != id {
-			var cands []string
-			for _, h := range hits {
-				name := "?"
-				if im, ok := c.Image(h.Image); ok {
-					name = im.Name
-				}
-				cands = append(cands, fmt.Sprintf("%s (%s) via %s", h.Image, name, h.Key))
-			}
-			return fail(ErrAmbiguous, "set the fields that tell them apart", cands...)
+		if h.Image == id {
+			continue
 		}
+		var cands []string
+		holders := map[string]bool{}
+		for _, h := range hits {
+			name := "?"
+			im, ok := c.Image(h.Image)
+			if ok {
+				name = im.Name
+				if len(containerImages) > 0 && im.Deprecated == nil && len(im.Manifest.MissingContainerImages(containerImages)) == 0 {
+					holders[h.Image] = true
+				}
+			}
+			cands = append(cands, fmt.Sprintf("%s (%s) via %s", h.Image, name, h.Key))
+		}
+		if len(holders) == 1 {
+			for held := range holders {
+				return held, nil, nil
+			}
+		}
+		detail := "set the fields that tell them apart"
+		if len(containerImages) > 0 {
+			detail = fmt.Sprintf("%d of them hold every image of the group's containerImages, so those do not tell them apart either; %s", len(holders), detail)
+		}
+		return fail(ErrAmbiguous, detail, cands...)
 	}
 	im, ok := c.Image(id)
 	switch {
@@ -448,7 +477,7 @@ func Resolve(c Catalog, q Query) (string, error) {
 		return fail(ErrDeprecated, fmt.Sprintf("image %s (%s) since %s: %s; roll the channel back or promote another image",
 			id, im.Name, im.Deprecated.At.Format(time.RFC3339), im.Deprecated.Reason))
 	}
-	return id, nil
+	return id, im.Manifest.MissingContainerImages(containerImages), nil
 }
 
 // GCOptions tune PlanGC.

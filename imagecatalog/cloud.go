@@ -117,6 +117,13 @@ func Replace(c, fresh Catalog, provider, location string) (Catalog, error) {
 			fresh.Channels[i].RolledBack = old.RolledBack
 		}
 	}
+	// Keep the container images, which labels can't carry either, for
+	// images that still exist: an image never changes.
+	for i, im := range fresh.Images {
+		if old, ok := c.Image(im.ID); ok && len(im.Manifest.ContainerImages) == 0 {
+			fresh.Images[i].Manifest.ContainerImages = cloneMap(old.Manifest.ContainerImages)
+		}
+	}
 	out.Images = append(out.Images, fresh.Images...)
 	out.Channels = append(out.Channels, fresh.Channels...)
 	out = out.Clone()

@@ -18,13 +18,15 @@
 //
 // Invariants:
 //   - An image never changes once published; channels are pointers that move.
-//   - Resolve yields exactly one image id or an error that says why.
+//   - Resolve yields exactly one image id or an error that says why. A group's
+//     container images (ResolvePreferring) only break a tie Resolve refuses.
 //   - gc never plans to delete an image a channel points to, one in the last N
 //     of a channel's history, or one a live instance uses.
 //   - Every write of the catalog is compare-and-swap through a Store (Update
 //     reloads and reapplies on conflict), so two writers never lose updates.
 //   - A build publishes only an image whose builder reported the requested
-//     versions and passed every hygiene check; the manifest recorded is the
+//     versions, every container image of the recipe (at the digest it is
+//     pinned to) and passed every hygiene check; the manifest recorded is the
 //     one the builder observed. The same inputs never build twice.
 //   - Pure operations take a Catalog value and return a new one; cloud access
 //     goes through the narrow interfaces in api.go, cloud.go and build.go,

@@ -40,6 +40,13 @@ type Manifest struct {
 	// UnattendedUpgradesDisabled must be true: a first-boot apt run holds the
 	// dpkg lock and changes what the manifest says.
 	UnattendedUpgradesDisabled bool `yaml:"unattendedUpgradesDisabled" json:"unattendedUpgradesDisabled"`
+	// ContainerImages maps each container image the image holds in
+	// containerd's k8s.io namespace (a reference the recipe listed) to the
+	// digest the builder recorded for it (sha256:...). Only a built image
+	// has them: a requested manifest lists none (the recipe's list is
+	// BuildSpec.ContainerImages). Cloud labels can't carry them (a digest is
+	// longer than a label value); the catalog document does.
+	ContainerImages map[string]string `yaml:"containerImages,omitempty" json:"containerImages,omitempty"`
 }
 
 // DefaultManifest is the default component set at the given versions, with
@@ -83,7 +90,8 @@ var exactVersion = regexp.MustCompile(`^([0-9]+:)?[0-9A-Za-z][0-9A-Za-z.+~_-]*$`
 func (m Manifest) Validate() error { return m.ValidateFor(FamilyDebian) }
 
 // ValidateFor checks that every component the family requires
-// (RequiredComponents) is present, that every version is exact, and, where
+// (RequiredComponents) is present, that every version is exact, that every
+// container image has a digest (the one it is pinned to, if any), and, where
 // nodes install with apt (the cloud-init families), that unattended-upgrades
 // is disabled. Flatcar and Fedora CoreOS have no apt; their own automatic
 // updates are turned off by the node's Ignition config.
@@ -103,6 +111,7 @@ func (m Manifest) ValidateFor(f Family) error {
 	if !m.UnattendedUpgradesDisabled && f.Renderer() == RendererCloudInit {
 		errs = append(errs, "unattended-upgrades must be disabled")
 	}
+	errs = append(errs, validateContainerImages(m.ContainerImages)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("manifest: %s", strings.Join(errs, "; "))
 	}
@@ -138,8 +147,11 @@ func Diff(want, observed Manifest) []Mismatch {
 // image, so a second build of them is a no-op.
 type Inputs struct {
 	BaseImage     string   // provider's base image, e.g. ubuntu-24.04 or a GCE image self-link
-	Manifest      Manifest // requested components and settings
+	Manifest      Manifest // requested components and settings (its ContainerImages are not hashed)
 	ScriptVersion string   // version of the install script (bootstrap's, or the userDataFile's hash)
+	// ContainerImages are the references the recipe lists (containerImages).
+	// They are a set: order and repeats do not change the hash.
+	ContainerImages []string
 }
 
 // inputsHashVersion is part of the hashed bytes, so a change to the encoding
@@ -151,7 +163,8 @@ const inputsHashVersion = "prebake.dev/inputs/v1"
 const InputsHashLen = 32
 
 // InputsHash is a stable hash of in: map order does not matter, and module
-// order does not either (modules are a set).
+// and container image order does not either (both are sets). Inputs without
+// container images hash as they did before the field existed.
 func InputsHash(in Inputs) string {
 	// encoding/json writes map keys sorted, which makes the encoding canonical.
 	canon := struct {
@@ -162,11 +175,13 @@ func InputsHash(in Inputs) string {
 		Sysctls    map[string]string `json:"sysctls"`
 		Modules    []string          `json:"modules"`
 		NoUU       bool              `json:"noUnattendedUpgrades"`
+		Images     []string          `json:"containerImages,omitempty"`
 	}{
 		V: inputsHashVersion, Base: in.BaseImage, Script: in.ScriptVersion,
 		Components: nonNil(in.Manifest.Components), Sysctls: nonNil(in.Manifest.Sysctls),
 		Modules: slices.Compact(slices.Sorted(slices.Values(in.Manifest.Modules))),
 		NoUU:    in.Manifest.UnattendedUpgradesDisabled,
+		Images:  slices.Compact(slices.Sorted(slices.Values(in.ContainerImages))),
 	}
 	b, err := json.Marshal(canon)
 	if err != nil {

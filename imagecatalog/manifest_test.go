@@ -86,6 +86,12 @@ func TestInputsHash(t *testing.T) {
 	if len(h) != InputsHashLen || strings.Trim(h, "0123456789abcdef") != "" {
 		t.Fatalf("InputsHash = %q, want %d lower-case hex digits", h, InputsHashLen)
 	}
+	// Inputs without container images hash as they did before the field
+	// existed (this value is the old encoding's): published images keep
+	// their hash, and refresh does not rebuild them all.
+	if want := "0901057fe8b2448a8f25e86aed7c4fcd"; h != want {
+		t.Errorf("InputsHash of inputs without container images = %s, want %s, the hash they had before", h, want)
+	}
 
 	// The same inputs built in another order hash the same.
 	reordered := Inputs{BaseImage: "ubuntu-24.04", ScriptVersion: "bootstrap-v1", Manifest: Manifest{
@@ -107,6 +113,16 @@ func TestInputsHash(t *testing.T) {
 	if InputsHash(Inputs{}) != InputsHash(Inputs{Manifest: Manifest{Components: map[string]string{}}}) {
 		t.Error("nil and empty components hash differently")
 	}
+	if InputsHash(base) != InputsHash(Inputs{BaseImage: base.BaseImage, Manifest: base.Manifest, ScriptVersion: base.ScriptVersion, ContainerImages: []string{}}) {
+		t.Error("nil and empty container images hash differently")
+	}
+	// The images the builder recorded are what came out, not an input.
+	recorded := base
+	recorded.Manifest = DefaultManifest(testVersions())
+	recorded.Manifest.ContainerImages = map[string]string{"registry.k8s.io/pause:3.10": "sha256:" + strings.Repeat("a", 64)}
+	if InputsHash(recorded) != h {
+		t.Error("the manifest's recorded container images change the inputs hash")
+	}
 
 	changes := map[string]func(*Inputs){
 		"base image":        func(in *Inputs) { in.BaseImage = "ubuntu-22.04" },
@@ -116,6 +132,7 @@ func TestInputsHash(t *testing.T) {
 		"sysctl":            func(in *Inputs) { in.Manifest.Sysctls["vm.max_map_count"] = "262144" },
 		"module":            func(in *Inputs) { in.Manifest.Modules = append(in.Manifest.Modules, "ip_vs") },
 		"unattended":        func(in *Inputs) { in.Manifest.UnattendedUpgradesDisabled = false },
+		"container images":  func(in *Inputs) { in.ContainerImages = []string{"registry.k8s.io/pause:3.10"} },
 		// Field boundaries are kept: moving text from one field to the next changes the hash.
 		"shifted text": func(in *Inputs) { in.BaseImage, in.ScriptVersion = "ubuntu-24.04bootstrap", "-v1" },
 	}

@@ -107,9 +107,9 @@ func LoadRecipe(path string) ([]BuildSpec, error) {
 			// families boot Ignition and have no apt.
 			errs = append(errs, fmt.Errorf("%s.userDataFile: a %s image needs its builder's Ignition config here (one that places the %s and writes the build report, docs/os-images.md); prebake renders cloud-init builders only", where, ri.OS, SysextComponent))
 		}
-		for j, ref := range ri.ContainerImages {
-			if ref == "" || strings.ContainsAny(ref, " \t\n") {
-				errs = append(errs, fmt.Errorf("%s.containerImages[%d] %q: want an image reference such as 172.18.0.1:5000/prebake/pause:1", where, j, ref))
+		for j := range ri.ContainerImages {
+			if err := CheckContainerImage(ri.ContainerImages, j); err != nil {
+				errs = append(errs, fmt.Errorf("%s.containerImages[%d]: %w", where, j, err))
 			}
 		}
 		if len(ri.ContainerImages) > 0 && ri.UserDataFile != "" {

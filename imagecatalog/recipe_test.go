@@ -77,7 +77,10 @@ func TestLoadRecipe(t *testing.T) {
 
 	for name, tt := range map[string]struct{ recipe, want string }{
 		"images and file": {recipeText(goodImage + "    containerImages: [r:5000/pause:1]\n"), "images[0].containerImages: prebake pulls them"},
-		"empty image":     {recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: [\"\"]\n", 1)), `images[0].containerImages[0] "": want an image reference`},
+		"empty image":     {recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: [\"\"]\n", 1)), `images[0].containerImages[0]: "" is not a fully qualified image reference`},
+		"short image":     {recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: [busybox:1.36]\n", 1)), `images[0].containerImages[0]: "busybox:1.36" is not a fully qualified`},
+		"image twice": {recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: [r.example/a:1, r.example/b:1, r.example/a:1]\n", 1)),
+			`images[0].containerImages[2]: "r.example/a:1" is listed twice (also [0])`},
 		"unknown field":   {recipeText(strings.Replace(goodImage, "arch: amd64", "arch: amd64\n    archh: x", 1)), "field archh not found"},
 		"bad version":     {recipeText(strings.Replace(goodImage, "1.34.2", "1.34", 1)), "images[0].kubernetes"},
 		"bad arch":        {recipeText(strings.Replace(goodImage, "amd64", "x86", 1)), "images[0]"},
@@ -121,4 +124,39 @@ func FuzzDecodeReport(f *testing.F) {
 			t.Fatalf("round trip of %s (-first +second):\n%s", data, d)
 		}
 	})
+}
+
+// TestRecipeContainerImagesChangeTheInputsHash: the recipe's containerImages
+// are an input of their own. Another list is another image, even when the
+// user-data (which the CLI renders from the list) is held the same; the
+// list's order and its rendering do not matter.
+func TestRecipeContainerImagesChangeTheInputsHash(t *testing.T) {
+	t.Parallel()
+	load := func(images string) BuildSpec {
+		t.Helper()
+		r := recipeText(strings.Replace(goodImage, "    userDataFile: b.sh\n", "    containerImages: "+images+"\n", 1))
+		specs, err := LoadRecipe(writeRecipeFiles(t, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same user-data for every list: only the list itself may count.
+		specs[0].UserData = []byte("#cloud-config\n")
+		return specs[0]
+	}
+	pause := "registry.k8s.io/pause:3.10"
+	app := "registry.example/team/app:1.2@sha256:" + strings.Repeat("c", 64)
+	one := InputsHash(load("[" + pause + "]").Inputs())
+	two := InputsHash(load("[" + pause + ", " + app + "]").Inputs())
+	swapped := InputsHash(load("[" + app + ", " + pause + "]").Inputs())
+	none := InputsHash(load("[]").Inputs())
+	if one == two || one == none || two == none {
+		t.Errorf("inputs hashes: one image %s, two %s, none %s; want three different hashes", one, two, none)
+	}
+	if two != swapped {
+		t.Errorf("the same images in another order hash %s, want %s", swapped, two)
+	}
+	retagged := InputsHash(load("[registry.k8s.io/pause:3.9]").Inputs())
+	if retagged == one {
+		t.Error("another tag of the same image does not change the inputs hash")
+	}
 }

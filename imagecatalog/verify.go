@@ -16,7 +16,8 @@ type Report struct {
 	// Status is "done", or "failed" when the builder's install failed.
 	Status string `json:"status"`
 	// Observed is the manifest as the builder found it installed
-	// (dpkg-query, --version), never the requested one.
+	// (dpkg-query, --version, and for the container images `ctr images ls`),
+	// never the requested one.
 	Observed Manifest `json:"observed"`
 	// Hygiene maps each check in HygieneChecks to whether it passed.
 	Hygiene map[string]bool `json:"hygiene"`
@@ -48,7 +49,10 @@ type VerifyError struct {
 	Status     string
 	Mismatches []Mismatch
 	Hygiene    []string // failed or missing checks, each with its fix
-	Manifest   error    // the observed manifest is invalid
+	// ContainerImages lists the recipe's images the report lacks or holds
+	// at another digest than the one they are pinned to.
+	ContainerImages []string
+	Manifest        error // the observed manifest is invalid
 }
 
 func (e *VerifyError) Error() string {
@@ -60,6 +64,7 @@ func (e *VerifyError) Error() string {
 		parts = append(parts, "version "+m.String())
 	}
 	parts = append(parts, e.Hygiene...)
+	parts = append(parts, e.ContainerImages...)
 	if e.Manifest != nil {
 		parts = append(parts, "observed "+e.Manifest.Error())
 	}
@@ -74,7 +79,17 @@ func Verify(want Manifest, r Report) error { return VerifyFor(FamilyDebian, want
 
 // VerifyFor is Verify for an image of the family: the observed manifest must
 // carry what the family requires (Manifest.ValidateFor).
-func VerifyFor(f Family, want Manifest, r Report) error {
+func VerifyFor(f Family, want Manifest, r Report) error { return verify(f, want, nil, r) }
+
+// VerifyBuild checks a build's report against its spec: VerifyFor the
+// spec's family and manifest, and every one of the spec's container images
+// in the report, at the digest it is pinned to if it is (a reference by tag
+// takes whatever digest the builder pulled, which the manifest records).
+func VerifyBuild(s BuildSpec, r Report) error {
+	return verify(s.Family(), s.Manifest(), s.ContainerImages, r)
+}
+
+func verify(f Family, want Manifest, images []string, r Report) error {
 	e := &VerifyError{Status: r.Status, Mismatches: Diff(want, r.Observed)}
 	for _, check := range HygieneChecks {
 		passed, reported := r.Hygiene[check]
@@ -98,8 +113,9 @@ func VerifyFor(f Family, want Manifest, r Report) error {
 			e.Hygiene = append(e.Hygiene, fmt.Sprintf("kernel module %s is not configured to load", mod))
 		}
 	}
+	e.ContainerImages = verifyContainerImages(images, r.Observed.ContainerImages)
 	e.Manifest = r.Observed.ValidateFor(f)
-	if r.Status == "done" && len(e.Mismatches) == 0 && len(e.Hygiene) == 0 && e.Manifest == nil {
+	if r.Status == "done" && len(e.Mismatches) == 0 && len(e.Hygiene) == 0 && len(e.ContainerImages) == 0 && e.Manifest == nil {
 		return nil
 	}
 	return e
