@@ -36,15 +36,18 @@ type BuilderInput struct {
 	// or ReportToFile. "" picks the provider's: the guest attribute on gce, the file on
 	// docker, SSH elsewhere.
 	Report string
-	// Images are container images (references such as 172.18.0.1:5000/prebake/pause:1)
-	// pulled into containerd's k8s.io namespace after the install step configured it, so a
-	// node booted from the image has them before its first pod: the pod sandbox image, say.
-	// They are pulled through containerd's registry host config (Runtime.Registries).
+	// Images are container images (references such as 172.18.0.1:5000/prebake/pause:1,
+	// optionally pinned: name:tag@sha256:...) pulled into containerd's k8s.io namespace after
+	// the install step configured it, so a node booted from the image has them before its
+	// first pod: the pod sandbox image, say. They are pulled through containerd's registry
+	// host config (Runtime.Registries), also named name@digest (and a pinned one name:tag),
+	// as the CRI names an image it pulls, and recorded with their digests in the manifest
+	// (Manifest.ContainerImages) and the report.
 	Images []string
 }
 
-// BuilderImagesNamespace is the containerd namespace the builder pulls Images into: the
-// CRI plugin's, where the kubelet finds them.
+// BuilderImagesNamespace is the containerd namespace the builder pulls Images into and a
+// node's images phase looks in: the CRI plugin's, where the kubelet finds them.
 const BuilderImagesNamespace = "k8s.io"
 
 // Report transports. A builder holds no credential of the cloud's, so it cannot label its
@@ -156,8 +159,8 @@ func RenderBuilder(in BuilderInput) (UserData, error) {
 	var b strings.Builder
 	writePrelude(&b, fmt.Sprintf("prebake image builder for %s: install, then seal: clean up and report (%s). It holds no secret.",
 		ni.Provider, BuildReportPath), ni, configure, nil)
-	fmt.Fprintf(&b, "PREBAKE_BUILDER_IMAGES=%s\nPREBAKE_IMAGES_NAMESPACE=%s\nPREBAKE_HOSTS_DIR=%s\n\n",
-		shQuote(strings.Join(in.Images, " ")), shQuote(BuilderImagesNamespace), shQuote(ContainerdHostsDir))
+	fmt.Fprintf(&b, "PREBAKE_BUILDER_IMAGES=%s\nPREBAKE_HOSTS_DIR=%s\n\n",
+		shQuote(strings.Join(in.Images, " ")), shQuote(ContainerdHostsDir))
 	b.WriteString(functions)
 	b.WriteString(builderScript)
 	script := []byte(b.String())

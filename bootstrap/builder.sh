@@ -8,7 +8,8 @@
 #            machine id, cloud-init's instance state), the SSH keys that let prebake in, and
 #            what is dead weight (apt lists and caches, logs);
 #   report   observe the image (dpkg-query, --version, sha256, the kernel settings files,
-#            unattended-upgrades, the hygiene checks) and write $BUILD_REPORT as JSON;
+#            unattended-upgrades, the container images' digests in containerd, the hygiene
+#            checks) and write $BUILD_REPORT as JSON;
 #   seal     once install has a result and cloud-init's final stage is over, cleanup then
 #            report, and print the report on stdout (and nothing else); before that, exit 75.
 #            Waiting for cloud-init matters: its final stage writes instance state after
@@ -38,14 +39,46 @@ builder_phase_record() {
 	P_DETAIL="manifest $MANIFEST"
 }
 
+# image_digest prints the digest containerd holds the image under (the DIGEST column of ctr
+# images ls: the manifest or index the reference resolved to), or nothing.
+image_digest() { # ref
+	ctr -n "$PREBAKE_IMAGES_NAMESPACE" images ls 2>/dev/null | awk -v r="$1" '$1 == r { print $3; exit }'
+}
+
+# name_image names the image also as the CRI names an image it pulls itself, so the kubelet
+# finds it whichever way a pod writes it: name@digest always, and name:tag for a reference
+# pinned as name:tag@digest (the CRI looks a pinned reference up by name@digest only).
+name_image() { # ref digest
+	undigested=${1%%@*}
+	case "${undigested##*/}" in
+	*:*) name=${undigested%:*} ;;
+	*) name=$undigested ;;
+	esac
+	for alias in "$name@$2" "$undigested"; do
+		[ "$alias" != "$1" ] && [ "$alias" != "$name" ] || continue
+		host ctr -n "$PREBAKE_IMAGES_NAMESPACE" images tag --force "$1" "$alias" >/dev/null ||
+			fail "ctr images tag $1 $alias failed"
+	done
+}
+
 # The container images the image holds (BuilderInput.Images): pulled into containerd's CRI
 # namespace through its registry host config, once containerd runs with the configuration
-# every node of the image gets.
+# every node of the image gets. Each one's digest goes into the manifest (write_manifest),
+# which a node's images phase reads.
 builder_phase_images() {
 	n=0
+	MANIFEST_IMAGES=""
 	for ref in $PREBAKE_BUILDER_IMAGES; do
 		host ctr -n "$PREBAKE_IMAGES_NAMESPACE" images pull --hosts-dir "$PREBAKE_HOSTS_DIR" "$ref" >/dev/null ||
 			fail "ctr images pull $ref failed: is its registry reachable from the builder, and listed in the runtime's registries if it is plain HTTP?"
+		digest=$(image_digest "$ref")
+		case "$digest" in
+		sha256:*) ;;
+		*) fail "ctr -n $PREBAKE_IMAGES_NAMESPACE images ls shows no digest for $ref after its pull (got '$digest'): is containerd's ctr installed and containerd running?" ;;
+		esac
+		name_image "$ref" "$digest"
+		MANIFEST_IMAGES="$MANIFEST_IMAGES${MANIFEST_IMAGES:+
+}$ref $digest"
 		n=$((n + 1))
 	done
 	P_DETAIL="$n images in containerd namespace $PREBAKE_IMAGES_NAMESPACE${PREBAKE_BUILDER_IMAGES:+: $PREBAKE_BUILDER_IMAGES}"
@@ -150,6 +183,17 @@ observe_modules() {
 		done
 }
 
+# observe_images prints, as JSON members, each container image of the recipe that containerd
+# holds, with its digest; imagecatalog's verify names the ones left out.
+observe_images() {
+	for ref in $PREBAKE_BUILDER_IMAGES; do
+		digest=$(image_digest "$ref")
+		[ -n "$digest" ] || continue
+		printf '%s%s:%s' "${sep:-}" "$(json_str "$ref")" "$(json_str "$digest")"
+		sep=,
+	done
+}
+
 # unattended-upgrades is disabled when apt's periodic run is off and the service is masked or
 # not installed.
 observe_uu() {
@@ -214,9 +258,11 @@ builder_report() {
 	hygiene cloud-init-state hygiene_cloud_init_state
 	hygiene ssh-authorized-keys hygiene_ssh_authorized_keys
 	hygiene apt-cache hygiene_apt_cache
+	images=""
+	if [ -n "$PREBAKE_BUILDER_IMAGES" ]; then images=",\"containerImages\":{$(observe_images)}"; fi
 	mkdir -p "$(dirname "$BUILD_REPORT")"
-	printf '{"status":"%s","observed":{"components":{%s},"sysctls":{%s},"modules":[%s],"unattendedUpgradesDisabled":%s},"hygiene":{%s}}\n' \
-		"$status" "$OBSERVED" "$(observe_sysctls)" "$(observe_modules)" "$(observe_uu)" "$HYGIENE" >"$BUILD_REPORT.tmp"
+	printf '{"status":"%s","observed":{"components":{%s},"sysctls":{%s},"modules":[%s],"unattendedUpgradesDisabled":%s%s},"hygiene":{%s}}\n' \
+		"$status" "$OBSERVED" "$(observe_sysctls)" "$(observe_modules)" "$(observe_uu)" "$images" "$HYGIENE" >"$BUILD_REPORT.tmp"
 	chmod 0644 "$BUILD_REPORT.tmp"
 	mv -f "$BUILD_REPORT.tmp" "$BUILD_REPORT"
 	echo "prebake-builder: report $BUILD_REPORT: status $status; hygiene$HYGIENE_SUMMARY"

@@ -31,7 +31,9 @@
 //     prelude and node.sh's functions, then builder.sh: runcmd runs its steps install (no
 //     join), cleanup (host keys, machine-id, cloud-init state, apt caches, logs) and report,
 //     which observes the image and writes BuildReport (imagecatalog.Report's JSON) to
-//     BuildReportPath. It holds no secret. ParseBuildReport reads that file.
+//     BuildReportPath. It holds no secret. ParseBuildReport reads that file. Its images
+//     phase pulls BuilderInput.Images into containerd's k8s.io namespace, names each also
+//     as the CRI would (name@digest), and records each digest in the manifest.
 //
 // The script (node.sh after a generated prelude), in order: reads ManifestPath if present;
 // plans (an apt component is present when dpkg has exactly its version, a binary when the
@@ -39,7 +41,9 @@
 // masking apt's timers and unattended-upgrades and waiting for the dpkg lock at most
 // Options.DpkgLockWait (apt pinned with --no-install-recommends, then held; binaries with a
 // sha256 check), then records what it installed in the manifest; writes sysctls, modules and
-// the containerd config and applies each only when its file changed; writes the kubeadm
+// the containerd config and applies each only when its file changed; checks that the
+// container images the manifest lists are in containerd's k8s.io namespace (a missing one
+// is reported in the status file and the annotation, never a failure); writes the kubeadm
 // JoinConfiguration (labels, taints) and a kubelet configuration patch with the providerID;
 // runs kubeadm join; writes each phase's duration to the status file and, once joined,
 // annotates the Node (prebake.dev/bootstrap, best effort).
@@ -53,6 +57,7 @@
 //   - A second run of the script changes nothing but the status file.
 //   - The package imports no other prebake package; Manifest and BuildReport repeat
 //     imagecatalog.Manifest's and imagecatalog.Report's JSON shapes.
-//   - The builder's report observes (dpkg-query, --version, sha256, the files): the requested
+//   - The builder's report observes (dpkg-query, --version, sha256, the files, ctr images
+//     ls): the requested
 //     versions only say where to look, never what is reported.
 package bootstrap

@@ -15,6 +15,7 @@ RECORD=/var/lib/prebake/recorded-host-commands
 DPKG_LOCK=/var/lib/dpkg/lock-frontend
 PROC_SYS=/proc/sys
 KUBELET_CLIENT_CERT=/var/lib/kubelet/pki/kubelet-client-current.pem
+KUBELET_CONF=/etc/kubernetes/kubelet.conf
 
 PHASE=start
 PHASES=""
@@ -25,6 +26,8 @@ INSTALLED=""
 PRESENT=""
 PREBAKED=false
 MANIFEST_COMPONENTS=""
+MANIFEST_IMAGES=""
+MISSING_IMAGES=""
 MANIFEST_UU=false
 UU_DISABLED=false
 TODO=""
@@ -55,9 +58,9 @@ write_status() {
 	{
 		printf '{"version":1,"provider":%s,"node":%s,"result":"%s","prebaked":%s,' \
 			"$(json_str "$PREBAKE_PROVIDER")" "$(json_str "$PREBAKE_NODE")" "$RESULT" "$PREBAKED"
-		printf '"installed":%s,"alreadyPresent":%s,"totalMs":%s,"phases":[%s],"error":%s}\n' \
+		printf '"installed":%s,"alreadyPresent":%s,"totalMs":%s,"phases":[%s],"error":%s,"missingImages":%s}\n' \
 			"$(json_words "$INSTALLED")" "$(json_words "$PRESENT")" "$(($(now_ms) - START_ALL))" \
-			"$PHASES" "$(json_str "$ERROR")"
+			"$PHASES" "$(json_str "$ERROR")" "$(json_words "$MISSING_IMAGES")"
 	} >"$PREBAKE_STATUS.tmp"
 	mv -f "$PREBAKE_STATUS.tmp" "$PREBAKE_STATUS"
 }
@@ -141,8 +144,9 @@ manifest_version() {
 }
 
 # --- phase 1: read the image manifest -------------------------------------------------------
-# The manifest is imagecatalog.Manifest as JSON; names and versions never hold quotes,
-# commas or braces, so sed can take the "components" object apart.
+# The manifest is imagecatalog.Manifest as JSON; names, versions, image references and
+# digests never hold quotes, commas or braces, so sed can take the "components" and
+# "containerImages" objects apart.
 phase_manifest() {
 	if [ ! -r "$MANIFEST" ]; then
 		P_DETAIL="no manifest: runtime install"
@@ -153,8 +157,14 @@ phase_manifest() {
 	MANIFEST_COMPONENTS=$(printf '%s' "$flat" |
 		sed -n 's/.*"components"[[:space:]]*:[[:space:]]*{\([^}]*\)}.*/\1/p' | tr ',' '\n' |
 		sed -n 's/^[[:space:]]*"\([^"]*\)"[[:space:]]*:[[:space:]]*"\([^"]*\)"[[:space:]]*$/\1=\2/p')
+	# One "REF DIGEST" line per container image the builder pulled.
+	MANIFEST_IMAGES=$(printf '%s' "$flat" |
+		sed -n 's/.*"containerImages"[[:space:]]*:[[:space:]]*{\([^}]*\)}.*/\1/p' | tr ',' '\n' |
+		sed -n 's/^[[:space:]]*"\([^"]*\)"[[:space:]]*:[[:space:]]*"\([^"]*\)"[[:space:]]*$/\1 \2/p')
 	case "$flat" in *'"unattendedUpgradesDisabled":true'* | *'"unattendedUpgradesDisabled": true'*) MANIFEST_UU=true ;; esac
-	P_DETAIL="$(printf '%s\n' "$MANIFEST_COMPONENTS" | grep -c = || true) components in $MANIFEST"
+	P_DETAIL="$(printf '%s\n' "$MANIFEST_COMPONENTS" | grep -c = || true) components"
+	if [ -n "$MANIFEST_IMAGES" ]; then P_DETAIL="$P_DETAIL, $(printf '%s\n' "$MANIFEST_IMAGES" | grep -c . || true) container images"; fi
+	P_DETAIL="$P_DETAIL in $MANIFEST"
 }
 
 # --- phase 2: work out what is missing ------------------------------------------------------
@@ -251,14 +261,16 @@ $2=$3"
 }
 
 # write_manifest records what this run installed, so the next run (and an image snapshot
-# of this machine) knows the node is baked. Same format as imagecatalog.Manifest.
+# of this machine) knows the node is baked. Same format as imagecatalog.Manifest. The
+# container images it lists are the builder's (MANIFEST_IMAGES) or, on a node, the image's.
 write_manifest() {
 	component() { manifest_component "$@"; }
 	prebake_components
 	comps=$(printf '%s\n' "$MANIFEST_COMPONENTS" | grep = | sort | awk -F= '{ printf "%s\"%s\":\"%s\"", (n++ ? "," : ""), $1, substr($0, length($1) + 2) }')
+	images=$(printf '%s\n' "$MANIFEST_IMAGES" | awk 'NF == 2 { printf "%s\"%s\":\"%s\"", (n++ ? "," : ""), $1, $2 }')
 	uu=false
 	if [ "$UU_DISABLED" = true ] || [ "$MANIFEST_UU" = true ]; then uu=true; fi
-	put_file "$MANIFEST" 0644 none "{\"components\":{$comps},\"sysctls\":$PREBAKE_SYSCTLS_JSON,\"modules\":$PREBAKE_MODULES_JSON,\"unattendedUpgradesDisabled\":$uu}
+	put_file "$MANIFEST" 0644 none "{\"components\":{$comps},\"sysctls\":$PREBAKE_SYSCTLS_JSON,\"modules\":$PREBAKE_MODULES_JSON,\"unattendedUpgradesDisabled\":$uu${images:+,\"containerImages\":{$images}}}
 "
 }
 
@@ -341,6 +353,45 @@ phase_configure() {
 	CHANGED_FILES=""
 }
 
+# --- phase 4b: the container images the image holds -----------------------------------------
+# The builder pulled them into containerd's k8s.io namespace and listed them in the manifest.
+# Each should still be there; one that is not (pruned, or removed by the kubelet's image
+# garbage collection before the snapshot) is pulled by the kubelet when a pod needs it, as on
+# any node. So a missing image is reported (result "missing", the status file's
+# missingImages, the Node annotation), never a failure.
+images_listed() { # prints the references containerd's CRI namespace holds, one a line
+	ctr -n "$PREBAKE_IMAGES_NAMESPACE" images ls -q
+}
+phase_images() {
+	if ! command -v ctr >/dev/null 2>&1; then
+		P_RESULT=skipped
+		P_DETAIL="ctr is not installed: the image's container images were not checked"
+		return 0
+	fi
+	# containerd may still be starting (configure restarts it when its config changed).
+	tries=${PREBAKE_IMAGES_TRIES:-10}
+	while ! held=$(images_listed 2>&1); do
+		tries=$((tries - 1))
+		if [ "$tries" -le 0 ]; then
+			P_RESULT=skipped
+			P_DETAIL="containerd did not list its images (ctr: $(printf '%s' "$held" | head -n1)): the image's container images were not checked"
+			return 0
+		fi
+		sleep 1
+	done
+	want=0
+	for ref in $(printf '%s\n' "$MANIFEST_IMAGES" | awk 'NF == 2 { print $1 }'); do
+		want=$((want + 1))
+		if ! printf '%s\n' "$held" | grep -qxF "$ref"; then MISSING_IMAGES="$MISSING_IMAGES $ref"; fi
+	done
+	if [ -n "$MISSING_IMAGES" ]; then
+		P_RESULT=missing
+		P_DETAIL="$(echo $MISSING_IMAGES | wc -w) of $want container images missing in containerd namespace $PREBAKE_IMAGES_NAMESPACE (the kubelet pulls them):$MISSING_IMAGES"
+		return 0
+	fi
+	P_DETAIL="$want container images present in containerd namespace $PREBAKE_IMAGES_NAMESPACE"
+}
+
 # --- phase 5: kubeadm join configuration, with the providerID for the kubelet ---------------
 phase_kubelet() {
 	prebake_kubelet_files
@@ -367,9 +418,9 @@ phase_join() {
 		P_DETAIL="join skipped (test mode)"
 		return 0
 	fi
-	if [ -f /etc/kubernetes/kubelet.conf ]; then
+	if [ -f "$KUBELET_CONF" ]; then
 		P_RESULT=skipped
-		P_DETAIL="already joined: /etc/kubernetes/kubelet.conf exists"
+		P_DETAIL="already joined: $KUBELET_CONF exists"
 		return 0
 	fi
 	kubeadm join --config /etc/prebake/kubeadm-join.yaml ||
@@ -412,15 +463,16 @@ phase_podnetwork() {
 # Once joined, the kubelet's own credentials may annotate its Node; the status file is
 # written in every case. The annotation is best effort: the Node appears shortly after join.
 annotate_node() {
-	if [ "$PREBAKE_SKIP_JOIN" = 1 ] || ! command -v kubectl >/dev/null 2>&1 || [ ! -f /etc/kubernetes/kubelet.conf ]; then
+	if [ "$PREBAKE_SKIP_JOIN" = 1 ] || ! command -v kubectl >/dev/null 2>&1 || [ ! -f "$KUBELET_CONF" ]; then
 		return 0
 	fi
 	# start= is the script's start on this machine's clock (Unix ms): `prebake timeline`
 	# places the phases with it and detects the clock's skew.
 	value="prebaked=$PREBAKED total=$(($(now_ms) - START_ALL))ms start=$START_ALL$SUMMARY"
+	if [ -n "$MISSING_IMAGES" ]; then value="$value missing-images=$(echo $MISSING_IMAGES | tr ' ' ',')"; fi
 	i=0
 	while [ $i -lt 30 ]; do
-		if kubectl --kubeconfig /etc/kubernetes/kubelet.conf annotate --overwrite node "$PREBAKE_NODE" \
+		if kubectl --kubeconfig "$KUBELET_CONF" annotate --overwrite node "$PREBAKE_NODE" \
 			"prebake.dev/bootstrap=$value" >/dev/null 2>&1; then
 			return 0
 		fi
@@ -438,6 +490,7 @@ prebake_main() {
 	run_phase plan phase_plan
 	run_phase install phase_install
 	run_phase configure phase_configure
+	if [ -n "$MANIFEST_IMAGES" ]; then run_phase images phase_images; fi
 	if [ -n "$PREBAKE_NODE_ADDRESS" ]; then run_phase address phase_address; fi
 	run_phase kubelet phase_kubelet
 	run_phase join phase_join

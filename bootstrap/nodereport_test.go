@@ -47,6 +47,15 @@ func TestParseNodeAnnotation(t *testing.T) {
 			want:       NodeReport{TotalMs: 5, Phases: []Phase{{Name: "install", Ms: 4, Result: "ok"}}},
 			ranInstall: true,
 		},
+		{
+			name:  "missing container images",
+			value: "prebaked=true total=9100ms start=1764669601123 manifest=3ms/ok images=31ms/missing join=9000ms/ok missing-images=registry.k8s.io/pause:3.10,r.example:5000/app@sha256:0a",
+			want: NodeReport{Prebaked: true, TotalMs: 9100, Start: time.UnixMilli(1764669601123).UTC(), Phases: []Phase{
+				{Name: "manifest", Ms: 3, Result: "ok"}, {Name: "images", Ms: 31, Result: "missing"}, {Name: "join", Ms: 9000, Result: "ok"},
+			}, MissingImages: []string{"registry.k8s.io/pause:3.10", "r.example:5000/app@sha256:0a"}},
+		},
+		{name: "empty missing images", value: "prebaked=true total=1ms images=1ms/missing missing-images=", wantErr: "want missing-images=REF,REF"},
+		{name: "empty missing image", value: "prebaked=true total=1ms images=1ms/missing missing-images=a/b:1,", wantErr: "want missing-images=REF,REF"},
 		{name: "empty", value: "", wantErr: "want \"prebaked="},
 		{name: "bad flag", value: "prebaked=maybe total=1ms", wantErr: "prebaked=true or prebaked=false"},
 		{name: "no total", value: "prebaked=true install=1ms/ok", wantErr: "want total=MSms"},
@@ -82,6 +91,9 @@ func TestNodeScriptSetsNodeAnnotation(t *testing.T) {
 	t.Parallel()
 	if !strings.Contains(nodeScript, `"`+NodeAnnotation+`=$value"`) || !strings.Contains(nodeScript, `value="prebaked=$PREBAKED total=$(($(now_ms) - START_ALL))ms start=$START_ALL$SUMMARY"`) {
 		t.Errorf("node.sh no longer annotates %s=\"prebaked=... total=...ms start=... PHASE=...\"; update ParseNodeAnnotation with it", NodeAnnotation)
+	}
+	if !strings.Contains(nodeScript, `value="$value `+missingImagesWord+`$(`) {
+		t.Errorf("node.sh no longer ends the annotation with %sREF,...; update ParseNodeAnnotation with it", missingImagesWord)
 	}
 }
 

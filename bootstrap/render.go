@@ -100,6 +100,7 @@ func writePrelude(b *strings.Builder, header string, in Input, configure, kubele
 		{"PREBAKE_MODULES_JSON", mustJSON(in.Modules)},
 		{"PREBAKE_SHARED_KERNEL", boolFlag(in.Runtime.SharedKernel)},
 		{"PREBAKE_POD_NETWORK", boolFlag(in.Runtime.PodNetwork != nil)},
+		{"PREBAKE_IMAGES_NAMESPACE", BuilderImagesNamespace},
 	}
 	if pn := in.Runtime.PodNetwork; pn != nil {
 		vars = append(vars, []struct{ name, value string }{

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,13 +26,16 @@ type Status struct {
 	Phases         []Phase  `json:"phases"`
 	// Error names the failed phase and what to do; "" unless Result is failed.
 	Error string `json:"error"`
+	// MissingImages are the container images the image's manifest lists that containerd's
+	// k8s.io namespace lacked at boot (the images phase): the kubelet pulls them as usual.
+	MissingImages []string `json:"missingImages,omitempty"`
 }
 
-// Phase is one timed step: manifest, plan, install, configure, kubelet or join.
+// Phase is one timed step: manifest, plan, install, configure, images, kubelet or join.
 type Phase struct {
 	Name   string `json:"name"`
 	Ms     int64  `json:"ms"`
-	Result string `json:"result"` // ok, skipped or failed
+	Result string `json:"result"` // ok, skipped or failed; the images phase may say missing
 	Detail string `json:"detail"`
 }
 
@@ -68,6 +72,9 @@ type Manifest struct {
 	Sysctls                    map[string]string `json:"sysctls,omitempty"`
 	Modules                    []string          `json:"modules,omitempty"`
 	UnattendedUpgradesDisabled bool              `json:"unattendedUpgradesDisabled"`
+	// ContainerImages maps each container image the builder pulled into containerd's k8s.io
+	// namespace (BuilderInput.Images) to its digest; the node's images phase checks them.
+	ContainerImages map[string]string `json:"containerImages,omitempty"`
 }
 
 // ParseManifest decodes an image manifest file.
@@ -90,7 +97,12 @@ func ParseManifest(data []byte) (Manifest, error) {
 //
 // start is when the script began, in Unix milliseconds on the machine's own clock (scripts
 // before it was added leave it out). The phases ran back to back from start, a few ms of
-// bookkeeping apart. ParseNodeAnnotation reads it; the format is stable.
+// bookkeeping apart. When the images phase found container images of the manifest missing,
+// its result is "missing" and a last word names them:
+//
+//	... images=31ms/missing kubelet=5ms/ok join=9000ms/ok missing-images=registry.k8s.io/pause:3.10,registry.example/app:1.2
+//
+// ParseNodeAnnotation reads it; the format is stable.
 const NodeAnnotation = "prebake.dev/bootstrap"
 
 // NodeReport is what the NodeAnnotation says: a summary of the Status file.
@@ -103,6 +115,9 @@ type NodeReport struct {
 	Start time.Time
 	// Phases are the phases' results (ok, skipped or failed) and durations, in order.
 	Phases []Phase
+	// MissingImages are the container images of the image's manifest that containerd lacked
+	// at boot (the missing-images word); nil when none were.
+	MissingImages []string
 }
 
 // Phase returns the named phase, if the script reported it.
@@ -157,6 +172,13 @@ func ParseNodeAnnotation(value string) (NodeReport, error) {
 		r.Start, rest = time.UnixMilli(v).UTC(), rest[1:]
 	}
 	for _, w := range rest {
+		if list, ok := strings.CutPrefix(w, missingImagesWord); ok {
+			if list == "" || slices.Contains(strings.Split(list, ","), "") {
+				return bad("word %q: want %sREF,REF...", w, missingImagesWord)
+			}
+			r.MissingImages = strings.Split(list, ",")
+			continue
+		}
 		name, rest, ok := strings.Cut(w, "=")
 		ms, result, ok2 := strings.Cut(rest, "/")
 		if !ok || !ok2 || name == "" || result == "" {
@@ -170,6 +192,9 @@ func ParseNodeAnnotation(value string) (NodeReport, error) {
 	}
 	return r, nil
 }
+
+// missingImagesWord starts the NodeAnnotation word that names the missing container images.
+const missingImagesWord = "missing-images="
 
 func parseMs(s string) (int64, error) {
 	n, ok := strings.CutSuffix(s, "ms")

@@ -10,7 +10,7 @@ import (
 // DefaultManifest-like content), so a drift in field names shows up here.
 func TestManifestShape(t *testing.T) {
 	t.Parallel()
-	imagecatalogJSON := `{"components":{"containerd":"1.6.20~ds1-1+b1","kubelet":"v1.35.4"},"sysctls":{"net.ipv4.ip_forward":"1"},"modules":["br_netfilter","overlay"],"unattendedUpgradesDisabled":true}`
+	imagecatalogJSON := `{"components":{"containerd":"1.6.20~ds1-1+b1","kubelet":"v1.35.4"},"sysctls":{"net.ipv4.ip_forward":"1"},"modules":["br_netfilter","overlay"],"unattendedUpgradesDisabled":true,"containerImages":{"registry.k8s.io/pause:3.10":"sha256:0123"}}`
 	m, err := ParseManifest([]byte(imagecatalogJSON))
 	if err != nil {
 		t.Fatal(err)
@@ -20,6 +20,7 @@ func TestManifestShape(t *testing.T) {
 		Sysctls:                    map[string]string{"net.ipv4.ip_forward": "1"},
 		Modules:                    []string{"br_netfilter", "overlay"},
 		UnattendedUpgradesDisabled: true,
+		ContainerImages:            map[string]string{"registry.k8s.io/pause:3.10": "sha256:0123"},
 	}
 	if diff := cmp.Diff(want, m); diff != "" {
 		t.Errorf("manifest (-want +got):\n%s", diff)

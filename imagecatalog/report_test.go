@@ -3,6 +3,7 @@ package imagecatalog_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,6 +24,7 @@ func TestBuildReportShape(t *testing.T) {
 			Components: map[string]string{"socat": "1.7.4.4-2", "cri-tools": "sha256-0123456789ab"},
 			Sysctls:    map[string]string{"net.ipv4.ip_forward": "1"},
 			Modules:    []string{"br_netfilter", "overlay"}, UnattendedUpgradesDisabled: true,
+			ContainerImages: map[string]string{"registry.k8s.io/pause:3.10": "sha256:" + strings.Repeat("a", 64)},
 		},
 		Hygiene: map[string]bool{"machine-id": false, "apt-cache": true},
 	}
@@ -41,6 +43,7 @@ func TestBuildReportShape(t *testing.T) {
 		Observed: imagecatalog.Manifest{
 			Components: written.Observed.Components, Sysctls: written.Observed.Sysctls,
 			Modules: written.Observed.Modules, UnattendedUpgradesDisabled: true,
+			ContainerImages: written.Observed.ContainerImages,
 		},
 		Hygiene: written.Hygiene,
 	}
