@@ -269,6 +269,12 @@ type Image struct {
 	// configured when no image resolves: flatcar and fcos render Ignition.
 	OS       string `yaml:"os"`
 	K8sMinor string `yaml:"k8sMinor"`
+	// ContainerImages are the container images the group's pods use, fully
+	// qualified (registry.k8s.io/pause:3.10, optionally @sha256:...). The
+	// channel still decides the image; when it matches several, the one
+	// that holds all of these is chosen, and a booted image that lacks some
+	// is reported (docs/images.md, "Baked container images").
+	ContainerImages []string `yaml:"containerImages"`
 }
 
 // ImageCatalog locates the image catalog document (`prebake images`

@@ -492,6 +492,18 @@ func TestParseErrors(t *testing.T) {
 		{name: "bad image os", in: base + "    image: {channel: stable, os: Ubuntu 24.04}\n", want: []string{`test.yaml:13: node group "small": image.os "Ubuntu 24.04" is not an OS release; write it as the image names do, such as "ubuntu-2404"`}},
 		{name: "bad image k8sMinor", in: base + "    image: {channel: stable, k8sMinor: v1.35.4}\n", want: []string{`test.yaml:13: node group "small": image.k8sMinor "v1.35.4" is not a Kubernetes minor; write it as "1.35"`}},
 		{name: "image os without channel", in: base + "    image: {os: ubuntu-2404}\n", want: []string{`test.yaml:13: node group "small": image.os and image.k8sMinor narrow a channel; set image.channel too`}},
+		{
+			name: "bad container images",
+			in:   base + "    image:\n      channel: stable\n      containerImages:\n        - registry.k8s.io/pause:3.10\n        - busybox:1.36\n        - registry.k8s.io/pause:3.10\n",
+			want: []string{
+				`test.yaml:17: node group "small": image.containerImages[1]: "busybox:1.36" is not a fully qualified image reference`,
+				`test.yaml:18: node group "small": image.containerImages[2]: "registry.k8s.io/pause:3.10" is listed twice (also [0]); list each image once`,
+			},
+		},
+		{
+			name: "container images without channel", in: base + "    image: {containerImages: [registry.k8s.io/pause:3.10]}\n",
+			want: []string{`test.yaml:13: node group "small": image.containerImages say which images the channel's image should hold; set image.channel too`},
+		},
 		{name: "image catalog configMap without namespace", in: base + "imageCatalog: {configMap: prebake-images}\n", want: []string{`test.yaml:13: imageCatalog.configMap "prebake-images": write it as NAMESPACE/NAME`}},
 		{name: "image catalog file and configMap", in: base + "imageCatalog: {file: " + os.Args[0] + ", configMap: kube-system/x}\n", want: []string{`test.yaml:13: imageCatalog sets both file and configMap; keep one`}},
 		{name: "missing image catalog", in: base + "imageCatalog: {file: /nonexistent/catalog.yaml}\n", want: []string{`test.yaml:13: imageCatalog.file "/nonexistent/catalog.yaml" can't be read (no such file or directory)`}},

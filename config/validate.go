@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -396,6 +397,14 @@ func (v *validator) nodeGroups() {
 		}
 		if (g.Image.OS != "" || g.Image.K8sMinor != "") && g.Image.Channel == "" {
 			v.errorf(p+".image", "%s: image.os and image.k8sMinor narrow a channel; set image.channel too, or remove them", name)
+		}
+		for j := range g.Image.ContainerImages {
+			if err := imagecatalog.CheckContainerImage(g.Image.ContainerImages, j); err != nil {
+				v.errorf(fmt.Sprintf("%s.image.containerImages[%d]", p, j), "%s: image.containerImages[%d]: %v", name, j, err)
+			}
+		}
+		if len(g.Image.ContainerImages) > 0 && g.Image.Channel == "" {
+			v.errorf(p+".image.containerImages", "%s: image.containerImages say which images the channel's image should hold; set image.channel too, or remove them", name)
 		}
 		v.groupImageFamily(p, name, g)
 		v.groupNetwork(p, name, g)
