@@ -36,6 +36,11 @@ type GroupSpec struct {
 	// ImageOS and ImageK8sMinor narrow the channel's key ("ubuntu-2404",
 	// "1.35"); "" matches any, and resolve errors if that is ambiguous.
 	ImageOS, ImageK8sMinor string
+	// ImageContainerImages are the container images the group's pods use
+	// (image.containerImages): of the images the channel could resolve to,
+	// the one that holds them all is chosen, and a machine booted from an
+	// image that lacks some is reported (MissingImages).
+	ImageContainerImages []string
 	// UserData is passed to Create verbatim. Never logged.
 	UserData []byte
 }
@@ -77,7 +82,8 @@ type Options struct {
 	// UserData renders each machine's user-data (bootstrap) when the group
 	// has no userDataFile; nil sends the group's UserData as is.
 	UserData UserDataSource
-	// Events receives image fallbacks; nil logs them only.
+	// Events receives image fallbacks and missing container images; nil
+	// logs them only.
 	Events   EventSink
 	Metrics  *Metrics
 	Logger   *slog.Logger
@@ -176,6 +182,8 @@ type instance struct {
 	// group's image.os on the runtime-install path): it picks the renderer.
 	family   imagecatalog.Family
 	fallback *Fallback
+	// missing says which of the group's container images the image lacks.
+	missing *MissingImages
 	// adopted instances were found by List, not requested by this process:
 	// their timeline is unknown and not observed.
 	adopted bool

@@ -22,6 +22,9 @@ type CatalogSource interface {
 // goroutine the core owns, never from a CA request.
 type EventSink interface {
 	ImageFallback(ctx context.Context, f Fallback)
+	// ImageMissingContainerImages: a machine boots an image that lacks
+	// some of its group's image.containerImages.
+	ImageMissingContainerImages(ctx context.Context, m MissingImages)
 }
 
 // Fallback reasons, the values of the reason label of
@@ -48,6 +51,18 @@ type Fallback struct {
 	Channel string
 	Reason  string // one of the Fallback* constants
 	Message string // why, in words: the resolve error
+}
+
+// MissingImages is one machine that boots a catalog image lacking some of
+// its group's image.containerImages: no image the channel could resolve to
+// holds them all. The machine boots that image all the same, and its
+// kubelet pulls the missing images as on any node.
+type MissingImages struct {
+	Group   string
+	Machine string
+	Channel string
+	Image   string   // the catalog image id the machine boots
+	Missing []string // the group's references the image does not hold, in the group's order
 }
 
 // catalogState is the catalog as last loaded; it is replaced whole.
@@ -91,14 +106,15 @@ func (c *Core) reloadCatalog(ctx context.Context) {
 // resolveImage picks the image a new machine of g boots from. It is pure
 // over the loaded catalog and cheap, so IncreaseSize can call it under c.mu.
 // The zero image with a non-empty fallback reason means runtime install
-// although the group asked for a channel.
-func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, fb *Fallback) {
+// although the group asked for a channel; missing is set when the image
+// lacks some of the group's container images.
+func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, fb *Fallback, missing *MissingImages) {
 	ch := g.spec.ImageChannel
 	if ch == "" {
-		return "", providers.ImageRuntimeInstall, nil
+		return "", providers.ImageRuntimeInstall, nil, nil
 	}
-	fail := func(reason, msg string) (string, providers.ImageKind, *Fallback) {
-		return "", providers.ImageRuntimeInstall, &Fallback{Group: g.spec.ID, Channel: ch, Reason: reason, Message: msg}
+	fail := func(reason, msg string) (string, providers.ImageKind, *Fallback, *MissingImages) {
+		return "", providers.ImageRuntimeInstall, &Fallback{Group: g.spec.ID, Channel: ch, Reason: reason, Message: msg}, nil
 	}
 	if !g.provider.Capabilities().BootsImages {
 		return fail(FallbackNoImageAPI, fmt.Sprintf("provider %q can't boot custom images", g.provider.Name()))
@@ -114,7 +130,7 @@ func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, f
 		}
 		return fail(FallbackNoCatalog, msg)
 	}
-	id, err := imagecatalog.Resolve(st.catalog, g.imageQuery())
+	id, lacks, err := imagecatalog.ResolvePreferring(st.catalog, g.imageQuery(), g.spec.ImageContainerImages)
 	if err != nil {
 		reason := FallbackNotFound
 		switch {
@@ -125,7 +141,10 @@ func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, f
 		}
 		return fail(reason, err.Error())
 	}
-	return id, providers.ImagePrebaked, nil
+	if len(lacks) > 0 {
+		missing = &MissingImages{Group: g.spec.ID, Channel: ch, Image: id, Missing: lacks}
+	}
+	return id, providers.ImagePrebaked, nil, missing
 }
 
 // familyOf is the OS family of a new machine of g booting image ("" for
@@ -172,6 +191,19 @@ func (c *Core) reportFallback(ctx context.Context, fb Fallback) {
 		return
 	}
 	c.wg.Go(func() { c.opts.Events.ImageFallback(ctx, fb) })
+}
+
+// reportMissingImages counts a machine whose image lacks some of its
+// group's container images and hands it to the event sink from a goroutine
+// the core owns, off the request path.
+func (c *Core) reportMissingImages(ctx context.Context, m MissingImages) {
+	c.metrics.missingContainerImages.WithLabelValues(m.Group).Inc()
+	c.log.Warn("image lacks container images of the group; the kubelet pulls them", "group", m.Group, "instance", m.Machine,
+		"channel", m.Channel, "image", m.Image, "missing", m.Missing)
+	if c.opts.Events == nil {
+		return
+	}
+	c.wg.Go(func() { c.opts.Events.ImageMissingContainerImages(ctx, m) })
 }
 
 // eventCtx is the context event senders run under: Start's, so Shutdown

@@ -3,6 +3,7 @@ package autoscaling
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -53,8 +54,21 @@ func (m *memCatalog) set(c imagecatalog.Catalog, err error) {
 
 // recordedEvents is an EventSink that keeps what it is sent.
 type recordedEvents struct {
-	mu sync.Mutex
-	fb []Fallback
+	mu      sync.Mutex
+	fb      []Fallback
+	missing []MissingImages
+}
+
+func (r *recordedEvents) ImageMissingContainerImages(_ context.Context, m MissingImages) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.missing = append(r.missing, m)
+}
+
+func (r *recordedEvents) allMissing() []MissingImages {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]MissingImages(nil), r.missing...)
 }
 
 func (r *recordedEvents) ImageFallback(_ context.Context, f Fallback) {
@@ -250,3 +264,100 @@ func TestNoChannelIsNotAFallback(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestGroupContainerImagesChooseAndReport: a group's image.containerImages
+// break a tie between the channel's images in favour of the one that holds
+// them all; a group whose channel resolves to one image that lacks some
+// boots it (prebaked) and reports what it lacks, in the metric and an Event
+// per machine, off the request path.
+func TestGroupContainerImagesChooseAndReport(t *testing.T) {
+	t.Parallel()
+	pause, app := "registry.k8s.io/pause:3.10", "registry.example/team/app:1.2"
+	digest := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	ubuntu := catalogImage("img-u", 1, "amd64")
+	ubuntu.Manifest.ContainerImages = map[string]string{pause: digest("a")}
+	debian := catalogImage("img-d", 2, "amd64")
+	debian.Name = imagecatalog.Name{OS: "debian", OSVersion: "12", K8s: imagecatalog.Version{Major: 1, Minor: 35, Patch: 4}, Arch: "amd64", Built: debian.Created}.String()
+	debian.Manifest.ContainerImages = map[string]string{pause: digest("a"), app: digest("b")}
+	cat := catalogWith(t, []imagecatalog.Image{ubuntu, debian}, "img-u", "img-d")
+
+	for _, tc := range []struct {
+		name        string
+		os          string
+		images      []string
+		wantImage   string
+		wantMissing []string
+		wantReason  string // a fallback
+	}{
+		{name: "the image that holds them all", images: []string{pause, app}, wantImage: "img-d"},
+		{name: "pinned OS: its image, reporting what it lacks", os: "ubuntu-2404", images: []string{pause, app}, wantImage: "img-u", wantMissing: []string{app}},
+		{name: "pinned OS holding them", os: "ubuntu-2404", images: []string{pause}, wantImage: "img-u"},
+		{name: "both hold them: still ambiguous", images: []string{pause}, wantReason: FallbackAmbiguous},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := fake.New()
+			p.BootsImages = true
+			src := &memCatalog{}
+			src.set(cat, nil)
+			ev := &recordedEvents{}
+			m := NewMetrics(nil)
+			g := stableGroup()
+			g.ImageOS, g.ImageContainerImages = tc.os, tc.images
+			c := newCoreWith(t, p, func(o *Options) { o.Catalog, o.Events, o.Metrics = src, ev, m }, g)
+			if err := c.IncreaseSize("g1", 2); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 2; i++ {
+				req := nthRequest(t, p, i)
+				if tc.wantReason != "" {
+					if req.ImageKind != providers.ImageRuntimeInstall {
+						t.Errorf("machine %d: kind %q, want runtime-install", i, req.ImageKind)
+					}
+					continue
+				}
+				if req.Image != tc.wantImage || req.ImageKind != providers.ImagePrebaked {
+					t.Errorf("machine %d: image %q kind %q, want %s prebaked", i, req.Image, req.ImageKind, tc.wantImage)
+				}
+			}
+			if tc.wantReason != "" {
+				if got := testutil.ToFloat64(m.imageFallbacks.WithLabelValues("g1", tc.wantReason)); got != 2 {
+					t.Errorf("prebake_image_fallback_total{reason=%q} = %v, want 2", tc.wantReason, got)
+				}
+				eventually(t, "two fallback events", func() bool { return len(ev.all()) == 2 })
+				if msg := ev.all()[0].Message; !strings.Contains(msg, "2 of them hold every image of the group's containerImages") {
+					t.Errorf("fallback message %q does not say the list did not tell the images apart", msg)
+				}
+				return
+			}
+			wantCount := 0.0
+			if len(tc.wantMissing) > 0 {
+				wantCount = 2
+			}
+			if got := testutil.ToFloat64(m.missingContainerImages.WithLabelValues("g1")); got != wantCount {
+				t.Errorf("prebake_image_missing_container_images_total = %v, want %v", got, wantCount)
+			}
+			if len(tc.wantMissing) == 0 {
+				// No report was made: it is counted before IncreaseSize returns.
+				if n := len(ev.allMissing()); n != 0 {
+					t.Errorf("%d missing-image events, want none", n)
+				}
+				return
+			}
+			eventually(t, "two missing-image events", func() bool { return len(ev.allMissing()) == 2 })
+			machines := map[string]bool{}
+			for _, e := range ev.allMissing() {
+				if e.Group != "g1" || e.Channel != "stable" || e.Image != tc.wantImage || !slices.Equal(e.Missing, tc.wantMissing) || !strings.HasPrefix(e.Machine, "g1-") {
+					t.Errorf("event %+v, want image %s missing %v", e, tc.wantImage, tc.wantMissing)
+				}
+				machines[e.Machine] = true
+			}
+			if len(machines) != 2 {
+				t.Errorf("events name machines %v, want one per machine", machines)
+			}
+			if got := testutil.CollectAndCount(m.imageFallbacks); got != 0 {
+				t.Errorf("%d fallback series: an image that lacks container images is no fallback", got)
+			}
+		})
+	}
+}

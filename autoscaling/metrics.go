@@ -30,7 +30,10 @@ type Metrics struct {
 	refreshErrors  *prometheus.CounterVec
 	orphans        *prometheus.CounterVec
 	imageFallbacks *prometheus.CounterVec
-	catalogErrors  prometheus.Counter
+	// missingContainerImages counts machines booted from an image lacking
+	// some of their group's image.containerImages.
+	missingContainerImages *prometheus.CounterVec
+	catalogErrors          prometheus.Counter
 	// joinTokensRevoked counts tokens revoked once their node registered.
 	joinTokensRevoked prometheus.Counter
 	// bootstrapSeconds are the node script's own phase durations, as the
@@ -53,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"group", "image_kind", "phase"}),
 		bootstrapSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "prebake_bootstrap_phase_seconds",
-			Help:    "Duration of each phase of the node script (manifest, plan, install, configure, address, kubelet, join, podnetwork; total is the whole script) as the node reported it on its Node; result is ok, skipped or failed.",
+			Help:    "Duration of each phase of the node script (manifest, plan, install, configure, images, address, kubelet, join, podnetwork; total is the whole script) as the node reported it on its Node; result is ok, skipped or failed, or missing for an images phase that found baked container images gone.",
 			Buckets: prometheus.ExponentialBucketsRange(0.001, 1200, 24),
 		}, []string{"group", "image_kind", "phase", "result"}),
 		increaseSize: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -89,6 +92,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "prebake_image_fallback_total",
 			Help: "Machines of groups with an image channel that take the runtime-install path instead, by reason: provider_without_images, catalog_unavailable, no_image, ambiguous, deprecated.",
 		}, []string{"group", "reason"}),
+		missingContainerImages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_image_missing_container_images_total",
+			Help: "Machines that boot a catalog image lacking some of their group's image.containerImages (no image the channel could resolve to holds them all); the kubelet pulls those.",
+		}, []string{"group"}),
 		catalogErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "prebake_image_catalog_load_errors_total",
 			Help: "Image catalog loads that failed (the last good catalog stays in use).",
@@ -99,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.phaseSeconds, m.bootstrapSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
-		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.catalogErrors, m.joinTokensRevoked)
+		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.missingContainerImages, m.catalogErrors, m.joinTokensRevoked)
 	return m
 }
 

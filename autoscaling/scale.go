@@ -48,6 +48,9 @@ func (c *Core) IncreaseSize(id string, delta int) error {
 		if inst.fallback != nil {
 			c.reportFallback(c.eventCtx(), *inst.fallback)
 		}
+		if inst.missing != nil {
+			c.reportMissingImages(c.eventCtx(), *inst.missing)
+		}
 	}
 	c.metrics.increaseSize.WithLabelValues(id).Add(float64(delta))
 	c.log.Info("increase size", "group", id, "delta", delta)
@@ -56,11 +59,15 @@ func (c *Core) IncreaseSize(id string, delta int) error {
 
 func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
 	name := c.freeNameLocked(g)
-	image, kind, fb := c.resolveImage(g)
+	image, kind, fb, missing := c.resolveImage(g)
 	inst := c.addInstanceLocked(g, c.createRequest(g, name, image, kind), now)
 	if fb != nil {
 		fb.Machine = name
 		inst.fallback = fb
+	}
+	if missing != nil {
+		missing.Machine = name
+		inst.missing = missing
 	}
 	return inst
 }

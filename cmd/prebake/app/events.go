@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +15,12 @@ import (
 )
 
 // Event reasons prebake writes. Stable: alerts and dashboards match them.
-const ReasonImageFallback = "RuntimeInstallFallback"
+const (
+	ReasonImageFallback = "RuntimeInstallFallback"
+	// ReasonContainerImagesNotBaked: the Node's image lacks some of its group's
+	// image.containerImages (docs/images.md, "Baked container images").
+	ReasonContainerImagesNotBaked = "ContainerImagesNotBaked"
+)
 
 // eventComponent is the source component of prebake's Events.
 const eventComponent = "prebake"
@@ -40,16 +46,29 @@ func NewKubeEvents(client kubernetes.Interface, log *slog.Logger) *KubeEvents {
 // ImageFallback implements autoscaling.EventSink. A failed write is logged, never
 // retried: the metric already counted the fallback.
 func (k *KubeEvents) ImageFallback(ctx context.Context, f autoscaling.Fallback) {
+	k.write(ctx, f.Group, f.Machine, ReasonImageFallback,
+		fmt.Sprintf("node group %q: channel %q gave no image (%s), so this node installs its components at boot: %s",
+			f.Group, f.Channel, f.Reason, f.Message))
+}
+
+// ImageMissingContainerImages implements autoscaling.EventSink, as ImageFallback does.
+func (k *KubeEvents) ImageMissingContainerImages(ctx context.Context, m autoscaling.MissingImages) {
+	k.write(ctx, m.Group, m.Machine, ReasonContainerImagesNotBaked,
+		fmt.Sprintf("node group %q: image %s (channel %q) lacks %d of the group's image.containerImages, so the kubelet pulls them: %s; no image the channel resolves to holds them all: build one whose recipe lists them (containerImages)",
+			m.Group, m.Image, m.Channel, len(m.Missing), strings.Join(m.Missing, ", ")))
+}
+
+// write creates a Warning Event about the machine's Node.
+func (k *KubeEvents) write(ctx context.Context, group, machine, reason, message string) {
 	now := metav1.NewTime(k.now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: f.Machine + ".",
+			GenerateName: machine + ".",
 			Namespace:    metav1.NamespaceDefault,
 		},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: f.Machine},
-		Reason:         ReasonImageFallback,
-		Message: fmt.Sprintf("node group %q: channel %q gave no image (%s), so this node installs its components at boot: %s",
-			f.Group, f.Channel, f.Reason, f.Message),
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: machine},
+		Reason:         reason,
+		Message:        message,
 		Type:           corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: eventComponent},
 		FirstTimestamp: now,
@@ -59,6 +78,6 @@ func (k *KubeEvents) ImageFallback(ctx context.Context, f autoscaling.Fallback) 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := k.client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		k.log.Warn("event not written", "reason", ReasonImageFallback, "group", f.Group, "instance", f.Machine, "err", err)
+		k.log.Warn("event not written", "reason", reason, "group", group, "instance", machine, "err", err)
 	}
 }

@@ -417,6 +417,7 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 			ID: g.ID, Provider: g.Provider, MinSize: g.MinSize, MaxSize: g.MaxSize,
 			MachineType: g.MachineType, Zone: g.Location, Region: g.Region,
 			Labels: g.Labels, Taints: g.Taints(), ImageChannel: g.Image.Channel, ImageOS: g.Image.OS, ImageK8sMinor: g.Image.K8sMinor,
+			ImageContainerImages: g.Image.ContainerImages,
 		}
 		if g.UserDataFile != "" {
 			b, err := os.ReadFile(g.UserDataFile)
