@@ -97,6 +97,10 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 			if !rep.Prebaked || rep.RanInstall() || !boot.Status.Prebaked || inst.Result != "skipped" || len(boot.Status.Installed) > 0 {
 				t.Errorf("prebaked node %s: annotation %+v, install phase %+v, installed %v; want the install skipped", node.Name, rep, inst, boot.Status.Installed)
 			}
+			// The node's boot check found every image the machine image's manifest lists.
+			if ph, ok := boot.Status.Phase("images"); !ok || ph.Result != "ok" || len(boot.Status.MissingImages) > 0 || len(rep.MissingImages) > 0 {
+				t.Errorf("prebaked node %s: images phase %+v (present %v), missing %v / %v; want every baked image present", node.Name, ph, ok, boot.Status.MissingImages, rep.MissingImages)
+			}
 			if node.Labels[providers.LabelImage] != img.ID {
 				t.Errorf("prebaked node %s: label %s=%q, want %s", node.Name, providers.LabelImage, node.Labels[providers.LabelImage], img.ID)
 			}

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -97,7 +98,37 @@ type World struct {
 	// Components are what every node runs (the config's bootstrap.components).
 	Components []bootstrap.Component
 
-	closers []func() error
+	closers      []func() error
+	registryOpts registry.Options
+	registryMu   sync.Mutex
+}
+
+// StopRegistry stops the local registry, the only place the nodes can pull pod images
+// from; StartRegistry starts it again at the same address with the same images.
+func (w *World) StopRegistry() error {
+	w.registryMu.Lock()
+	defer w.registryMu.Unlock()
+	if w.Registry == nil {
+		return nil
+	}
+	err := w.Registry.Stop()
+	w.Registry = nil
+	return err
+}
+
+// StartRegistry starts the registry StopRegistry stopped; a running one is left alone.
+func (w *World) StartRegistry(ctx context.Context) error {
+	w.registryMu.Lock()
+	defer w.registryMu.Unlock()
+	if w.Registry != nil {
+		return nil
+	}
+	r, err := registry.Start(ctx, w.registryOpts)
+	if err != nil {
+		return fmt.Errorf("start the registry again at %s: %w", w.registryOpts.Addr, err)
+	}
+	w.Registry = r
+	return nil
 }
 
 func (w *World) logf(format string, args ...any) {
@@ -214,11 +245,14 @@ func Start(ctx context.Context, o Options) (w *World, err error) {
 	}
 	w.Components = append(apt, w.Components...)
 
-	if w.Registry, err = registry.Start(ctx, registry.Options{Binary: regBin, Addr: net.JoinHostPort(w.Gateway, "0"),
-		StorageDir: filepath.Join(o.Dir, "registry"), LogFile: filepath.Join(o.Dir, "registry.log")}); err != nil {
+	w.registryOpts = registry.Options{Binary: regBin, Addr: net.JoinHostPort(w.Gateway, "0"),
+		StorageDir: filepath.Join(o.Dir, "registry"), LogFile: filepath.Join(o.Dir, "registry.log")}
+	if w.Registry, err = registry.Start(ctx, w.registryOpts); err != nil {
 		return w, err
 	}
-	w.closers = append(w.closers, w.Registry.Stop)
+	// Later starts (StartRegistry) listen where the nodes' containerd configs point.
+	w.registryOpts.Addr = w.Registry.Addr
+	w.closers = append(w.closers, w.StopRegistry)
 	for _, im := range set.All() {
 		if _, err := registry.Push(ctx, w.Registry.Host(), im); err != nil {
 			return w, err
