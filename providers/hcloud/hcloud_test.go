@@ -376,6 +376,17 @@ func TestMachineType(t *testing.T) {
 	if _, err := p.MachineType(ctx, "cax11", "ash"); !errors.Is(err, providers.ErrNotFound) {
 		t.Errorf("cax11 in ash: %v, want ErrNotFound", err)
 	}
+	// Hetzner prices a type per location: each group gets its location's
+	// net price (the fake's cpx31 costs 0.0242 in Europe, 0.0277 in ash).
+	for loc, want := range map[string]float64{"fsn1": 0.0242, "hel1": 0.0242, "ash": 0.0277} {
+		mt, err := p.MachineType(ctx, "cpx31", loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mt.PricePerHour != want {
+			t.Errorf("cpx31 in %s: %v an hour, want %v (that location's net price)", loc, mt.PricePerHour, want)
+		}
+	}
 	for range 5 {
 		if _, err := p.MachineType(ctx, "cx22", "fsn1"); err != nil {
 			t.Fatal(err)

@@ -242,10 +242,23 @@ func (f *Fake) changeImageProtection(w http.ResponseWriter, r *http.Request, id 
 }
 
 // DefaultServerTypes is the fake's catalogue: shared x86 (cx, cpx), shared
-// Arm (cax) and dedicated (ccx), with prices in EUR per location.
+// Arm (cax) and dedicated (ccx), with prices in EUR per location. As in the
+// real list, a type's prices are an array with one entry per location, and
+// the entries may differ: cpx31 costs more in ash than in Europe (the
+// figures are the fake's own). Gross is net with VAT added (19% here, as
+// for a German account); prebake reads net.
 func DefaultServerTypes() []schema.ServerType {
 	locs := DefaultLocations()
-	mk := func(id int64, name, cpuType, arch string, cores int, mem float32, disk int, hourly string, only ...string) schema.ServerType {
+	price := func(net string) schema.Price {
+		v, err := strconv.ParseFloat(net, 64)
+		if err != nil {
+			panic(err)
+		}
+		return schema.Price{Net: net, Gross: strconv.FormatFloat(v*1.19, 'f', 4, 64)}
+	}
+	// hourly is the net price per hour in every location but those of
+	// except, which have their own.
+	mk := func(id int64, name, cpuType, arch string, cores int, mem float32, disk int, hourly string, except map[string]string, only ...string) schema.ServerType {
 		t := schema.ServerType{
 			ID: id, Name: name, Description: name, Cores: cores, Memory: mem, Disk: disk,
 			StorageType: "local", CPUType: cpuType, Architecture: arch, Category: "shared",
@@ -258,19 +271,20 @@ func DefaultServerTypes() []schema.ServerType {
 				continue
 			}
 			t.Locations = append(t.Locations, schema.ServerTypeLocation{ID: l.ID, Name: l.Name, Available: true, Recommended: true})
-			t.Prices = append(t.Prices, schema.PricingServerTypePrice{
-				Location:    l.Name,
-				PriceHourly: schema.Price{Net: hourly, Gross: hourly},
-			})
+			net := hourly
+			if v, ok := except[l.Name]; ok {
+				net = v
+			}
+			t.Prices = append(t.Prices, schema.PricingServerTypePrice{Location: l.Name, PriceHourly: price(net)})
 		}
 		return t
 	}
 	return []schema.ServerType{
-		mk(104, "cx22", "shared", "x86", 2, 4, 40, "0.0060"),
-		mk(105, "cx32", "shared", "x86", 4, 8, 80, "0.0113"),
-		mk(7, "cpx31", "shared", "x86", 4, 8, 160, "0.0242"),
-		mk(45, "cax11", "shared", "arm", 2, 4, 40, "0.0060", "fsn1", "nbg1", "hel1"),
-		mk(96, "ccx13", "dedicated", "x86", 2, 8, 80, "0.0232"),
+		mk(104, "cx22", "shared", "x86", 2, 4, 40, "0.0060", nil),
+		mk(105, "cx32", "shared", "x86", 4, 8, 80, "0.0113", nil),
+		mk(7, "cpx31", "shared", "x86", 4, 8, 160, "0.0242", map[string]string{"ash": "0.0277"}),
+		mk(45, "cax11", "shared", "arm", 2, 4, 40, "0.0060", nil, "fsn1", "nbg1", "hel1"),
+		mk(96, "ccx13", "dedicated", "x86", 2, 8, 80, "0.0232", nil),
 	}
 }
 
