@@ -19,16 +19,17 @@ import (
 // skipped.
 var ErrNoPrice = fmt.Errorf("%w: no price per hour", ErrFailedPrecondition)
 
-// PriceFix says how a group of a provider gets a price, for errors and for
-// the start-up line of `prebake serve`.
-func PriceFix(provider string) string {
-	switch provider {
-	case "hcloud":
-		return "Hetzner's server-type list had no price for the group's location"
-	case "gce":
-		return "add the machine type to providers.gce.prices (the Compute API has no prices)"
+// withoutPrice is the way out that every unpriced group has, whatever its
+// provider: CA's other expanders need no price.
+const withoutPrice = "or drop price from cluster-autoscaler's --expander (and from prebake's --ca-expander)"
+
+// priceFix is what gives g's machine type a price, as g's provider declares
+// it (providers.Capabilities.PriceFix).
+func (g *group) priceFix() string {
+	if fix := g.provider.Capabilities().PriceFix; fix != "" {
+		return fix
 	}
-	return fmt.Sprintf("set pricePerHour on the machine type in providers.%s.machineTypes", provider)
+	return fmt.Sprintf("provider %s declares no source of prices (providers.Capabilities.PriceFix)", g.provider.Name())
 }
 
 // hours is the length of [start, end] in hours. CA's price expander asks for
@@ -56,7 +57,7 @@ func (c *Core) NodePrice(n Node, start, end time.Time) (float64, error) {
 	g := c.groups[info.ID]
 	p := g.machineType.PricePerHour
 	if p <= 0 {
-		return 0, fmt.Errorf("node group %q (machine type %q): %w: %s", g.spec.ID, g.spec.MachineType, ErrNoPrice, PriceFix(g.spec.Provider))
+		return 0, fmt.Errorf("node group %q (machine type %q, location %q): %w: %s; %s", g.spec.ID, g.spec.MachineType, g.spec.Zone, ErrNoPrice, g.priceFix(), withoutPrice)
 	}
 	return p * h, nil
 }
@@ -82,12 +83,12 @@ func (c *Core) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error) 
 		gpus = q.Value()
 	}
 	best := math.Inf(1)
-	var unpriced []string
+	unpriced := 0
 	for _, id := range c.groupOrder {
 		g := c.groups[id]
 		mt := g.machineType
 		if mt.PricePerHour <= 0 {
-			unpriced = append(unpriced, id)
+			unpriced++
 			continue
 		}
 		share, ok := dominantShare(mt, cpu, mem, gpus)
@@ -96,8 +97,8 @@ func (c *Core) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error) 
 		}
 	}
 	if math.IsInf(best, 1) {
-		if len(unpriced) == len(c.groupOrder) {
-			return 0, fmt.Errorf("%w: no node group has a price (%s): %s", ErrNoPrice, strings.Join(unpriced, ", "), PriceFix(c.groups[unpriced[0]].spec.Provider))
+		if unpriced == len(c.groupOrder) {
+			return 0, fmt.Errorf("%w: no node group has a price: %s; %s", ErrNoPrice, strings.Join(c.Expanders().Unpriced, "; "), withoutPrice)
 		}
 		return 0, fmt.Errorf("%w: pod %s/%s (cpu %dm, memory %d, gpus %d) fits no priced node group's machine type",
 			ErrFailedPrecondition, pod.Namespace, pod.Name, cpu, mem, gpus)
@@ -129,7 +130,8 @@ func dominantShare(mt providers.MachineType, milliCPU, mem, gpus int64) (float64
 // a price for every group (CA skips unpriced groups, and scales up nothing
 // when all are).
 type ExpanderSupport struct {
-	// Unpriced lists the groups without a price, with the fix for each.
+	// Unpriced lists the groups without a price, each with the fix its
+	// provider declares.
 	Unpriced []string
 }
 
@@ -138,7 +140,7 @@ func (s ExpanderSupport) Supports(expander string) error {
 	switch expander {
 	case "price":
 		if len(s.Unpriced) > 0 {
-			return fmt.Errorf("expander price: %d node group(s) have no price, so CA skips them: %s", len(s.Unpriced), strings.Join(s.Unpriced, "; "))
+			return fmt.Errorf("expander price: %d node group(s) have no price, so CA skips them: %s; %s", len(s.Unpriced), strings.Join(s.Unpriced, "; "), withoutPrice)
 		}
 	case "random", "most-pods", "least-waste", "least-nodes", "priority", "grpc":
 	default:
@@ -153,7 +155,7 @@ func (c *Core) Expanders() ExpanderSupport {
 	for _, id := range c.groupOrder {
 		g := c.groups[id]
 		if g.machineType.PricePerHour <= 0 {
-			s.Unpriced = append(s.Unpriced, fmt.Sprintf("%s (%s)", id, PriceFix(g.spec.Provider)))
+			s.Unpriced = append(s.Unpriced, fmt.Sprintf("%s (machine type %s in %s: %s)", id, g.spec.MachineType, g.spec.Zone, g.priceFix()))
 		}
 	}
 	return s

@@ -150,7 +150,8 @@ func TestPricingPodPrice(t *testing.T) {
 }
 
 // A group whose machine type has no price answers FailedPrecondition with
-// the fix; the priced groups still answer, and pods are priced on them.
+// the fix its provider declares; the priced groups still answer, and pods
+// are priced on them.
 func TestPricingUnpricedGroup(t *testing.T) {
 	t.Parallel()
 	cloud := fake.New()
@@ -161,7 +162,7 @@ func TestPricingUnpricedGroup(t *testing.T) {
 
 	_, err := call(r.client.PricingNodePrice, &protos.PricingNodePriceRequest{Node: realNode("unpriced", "unpriced-1"), StartTimestamp: start, EndTimestamp: end})
 	wantCode(t, "unpriced group", err, codes.FailedPrecondition)
-	for _, want := range []string{`"unpriced"`, `"free"`, "pricePerHour"} {
+	for _, want := range []string{`"unpriced"`, `"free"`, cloud.PriceFix} {
 		if !strings.Contains(status.Convert(err).Message(), want) {
 			t.Errorf("unpriced group: %v, want it to name %s", err, want)
 		}

@@ -105,6 +105,12 @@ type Capabilities struct {
 	// NodeRuntime is what the nodes need where they are not VMs of their own
 	// (a container on a shared host); the zero value is a VM's.
 	NodeRuntime bootstrap.Runtime
+	// PriceFix says where the provider's machine types get their price per
+	// hour (MachineType.PricePerHour), as what to do about one without: the
+	// config field to set, or the choice to make. The core puts it in the
+	// errors CA's price expander logs and in `prebake serve`'s start-up
+	// check. Every provider declares one.
+	PriceFix string
 }
 
 // ImageKind is the path a group booting from channel is designed for, shown

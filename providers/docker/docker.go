@@ -273,9 +273,11 @@ func (p *Provider) containerName(machine string) string { return p.namePrefix + 
 // image (a tag of ImageRepository) when its request names one, reads
 // user-data with cloud-init's NoCloud datasource, and is a container on a
 // shared host, whose node needs IntrinsicNodeRuntime with
-// Options.NodeRuntime merged in.
+// Options.NodeRuntime merged in. Prices are the machine types' own (the
+// built-in ones carry made-up prices).
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit, NodeRuntime: p.NodeRuntime()}
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit, NodeRuntime: p.NodeRuntime(),
+		PriceFix: "set pricePerHour on the machine type in providers.docker.machineTypes"}
 }
 
 // NodeRuntime is what every node (and builder) of this provider runs with: the intrinsic

@@ -36,6 +36,9 @@ type Provider struct {
 	BootsImages bool
 	UserData    providers.UserData
 	NodeRuntime bootstrap.Runtime
+	// PriceFix is its Capabilities' PriceFix; New sets one that names
+	// Types.
+	PriceFix string
 	// Topology, when set, answers TopologyLabels.
 	Topology func(location string) map[string]string
 
@@ -63,6 +66,7 @@ func New() *Provider {
 		NameValue: "fake",
 		KnownIDs:  true,
 		UserData:  providers.UserDataCloudInit,
+		PriceFix:  "set PricePerHour on the machine type in the fake's Types",
 		Types: map[string]providers.MachineType{
 			"m1":  {Name: "m1", MilliCPU: 2000, MemoryBytes: 4 << 30, Pods: 110, Arch: "amd64", PricePerHour: 0.02},
 			"gpu": {Name: "gpu", MilliCPU: 8000, MemoryBytes: 32 << 30, Pods: 110, Arch: "amd64", GPUs: 1, GPUType: "nvidia-t4", PricePerHour: 0.5},
@@ -254,10 +258,10 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 	return mt, nil
 }
 
-// Capabilities implements providers.Provider: BootsImages and UserData as
-// set.
+// Capabilities implements providers.Provider: BootsImages, UserData,
+// NodeRuntime and PriceFix as set.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: p.BootsImages, UserData: p.UserData, NodeRuntime: p.NodeRuntime}
+	return providers.Capabilities{BootsImages: p.BootsImages, UserData: p.UserData, NodeRuntime: p.NodeRuntime, PriceFix: p.PriceFix}
 }
 
 // TopologyLabels implements providers.Provider: Topology as set.

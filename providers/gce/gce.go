@@ -205,9 +205,11 @@ func (p *Provider) Name() string { return "gce" }
 
 // Capabilities implements providers.Provider: instances boot catalog images
 // (images.go) and read the user-data metadata item with cloud-init (or
-// Ignition).
+// Ignition). Prices come from Options.Prices: the Compute API has none.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit}
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit,
+		PriceFix: "add the machine type and the group's region to providers.gce.prices (the Compute API has no prices; " +
+			"Google publishes them at https://cloud.google.com/compute/vm-instance-pricing)"}
 }
 
 // TopologyLabels implements providers.Provider: nodes carry zone=<zone> and

@@ -250,9 +250,13 @@ func (p *Provider) Name() string { return "hcloud" }
 // Capabilities implements providers.Provider: Hetzner boots snapshots, so a
 // group's channel resolves to a snapshot id that Create boots (servers.go;
 // the catalog's operations on them are in images.go), and servers read
-// user-data with cloud-init (or Ignition).
+// user-data with cloud-init (or Ignition). Prices are Hetzner's, per
+// location, from the server-type list (machinetype.go); the config has no
+// field to override them.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit}
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit,
+		PriceFix: "Hetzner's server-type list gives the type no price in the group's location; " +
+			"move the group to a location where Hetzner prices it (`hcloud server-type describe <type>` lists its prices per location)"}
 }
 
 // Run implements providers.Provider: with Options.WireGuardFirewall it

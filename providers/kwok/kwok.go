@@ -190,9 +190,11 @@ func (p *Provider) ProviderID(req providers.CreateRequest) (string, bool) {
 
 // Capabilities implements providers.Provider. kwok "boots" any image, since
 // none is booted at all (the image kind only picks the simulated boot time),
-// and its machines take no user-data: nothing runs on them.
+// and its machines take no user-data: nothing runs on them. Prices are the
+// machine types' own (the built-in ones carry made-up prices).
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataNone}
+	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataNone,
+		PriceFix: "set pricePerHour on the machine type in providers.kwok.machineTypes"}
 }
 
 // TopologyLabels implements providers.Provider: kwok nodes carry

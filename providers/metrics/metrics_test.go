@@ -65,7 +65,7 @@ func TestWrapIsExactlyTheContract(t *testing.T) {
 	t.Parallel()
 	m := NewAPIMetrics(prometheus.NewRegistry())
 	f := fake.New()
-	f.BootsImages, f.UserData = true, providers.UserDataScript
+	f.BootsImages, f.UserData, f.PriceFix = true, providers.UserDataScript, "a fix only this test declares"
 	f.Topology = func(location string) map[string]string { return map[string]string{providers.LabelRegion: location} }
 	w := Wrap(f, m)
 	if d := cmp.Diff(f.Capabilities(), w.Capabilities()); d != "" {

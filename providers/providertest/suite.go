@@ -124,6 +124,14 @@ func Run[T tb.T[T]](t T, s Setup[T]) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
+	// CA's price expander skips a group without a price; the core tells
+	// the user what the provider declares will give it one.
+	t.Run("DeclaresWherePricesComeFrom", func(t T) {
+		t.Parallel()
+		if fix := s.New(t).Capabilities().PriceFix; fix == "" {
+			t.Fatal("Capabilities().PriceFix is empty: declare what gives a machine type without a price one")
+		}
+	})
 	t.Run("UnknownMachineTypeIsNotFound", func(t T) {
 		t.Parallel()
 		p := s.New(t)

@@ -238,9 +238,11 @@ func (p *Provider) ProviderID(providers.CreateRequest) (string, bool) { return "
 
 // Capabilities implements providers.Provider: a pool machine runs whatever
 // is installed on it, so every node takes the runtime-install path, and it
-// has no datasource: the node script itself is piped to its shell.
+// has no datasource: the node script itself is piped to its shell. Prices
+// are what the config declares of its machine types.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: false, UserData: providers.UserDataScript}
+	return providers.Capabilities{BootsImages: false, UserData: providers.UserDataScript,
+		PriceFix: "set pricePerHour on the machine type in providers.static.machineTypes"}
 }
 
 // TopologyLabels implements providers.Provider: nodes carry zone=<zone>.

@@ -34,7 +34,7 @@ func TestCAExpanderPriceNeedsEveryGroupPriced(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run started with an unpriced group under --ca-expander=price")
 	}
-	for _, want := range []string{"--ca-expander price,least-waste", "nopay", "pricePerHour", "providers.kwok.machineTypes"} {
+	for _, want := range []string{"--ca-expander price,least-waste", "nopay", "pricePerHour", "providers.kwok.machineTypes", "drop price from cluster-autoscaler's --expander"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -44,15 +44,18 @@ func TestCAExpanderPriceNeedsEveryGroupPriced(t *testing.T) {
 	}
 }
 
-// Without --ca-expander, serve starts and says which expanders work.
+// Without --ca-expander, serve starts and says which expanders work; when
+// price does not, it names the unpriced group and both fixes: the field
+// the kwok provider declares, or CA without price.
 func TestServeLogsExpanderSupport(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	for _, tc := range []struct {
-		name, config, want string
+		name, config string
+		want         []string
 	}{
-		{"unpriced", unpricedConfig, "price does not"},
-		{"priced", goodConfig, "price included"},
+		{"unpriced", unpricedConfig, []string{"price does not", "nopay", "pricePerHour", "providers.kwok.machineTypes", "drop price from cluster-autoscaler's --expander"}},
+		{"priced", goodConfig, []string{"price included"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs safeBuffer
@@ -60,8 +63,10 @@ func TestServeLogsExpanderSupport(t *testing.T) {
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.Contains(logs.String(), tc.want) {
-				t.Errorf("logs do not say %q:\n%s", tc.want, logs.String())
+			for _, want := range tc.want {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("logs do not say %q:\n%s", want, logs.String())
+				}
 			}
 		})
 	}
