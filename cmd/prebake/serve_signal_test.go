@@ -222,23 +222,34 @@ func TestServeExitsOnSIGTERMWhileTheAPIIsDown(t *testing.T) {
 		waitFor string
 		// readyz, when set, must be in /readyz's 503 body.
 		readyz []string
+		// logSays, when set, must be in the waitFor line's err and hint:
+		// what failed and what to do, for whoever reads the pod's log.
+		logSays []string
 	}{
 		{"refused", func(t *testing.T) string { return kubeconfig(t, refusedAPI(t), nil) }, "node watch: can't list or watch Nodes",
-			[]string{"provider kwok not listed yet", "connection refused"}},
+			[]string{"provider kwok not listed yet", "connection refused"}, []string{"connection refused", "reachable"}},
 		// The first List hangs: SIGTERM arrives during the start.
-		{"silent", func(t *testing.T) string { return kubeconfig(t, silentAPI(t), nil) }, "starting: listing every provider once", nil},
+		{"silent", func(t *testing.T) string { return kubeconfig(t, silentAPI(t), nil) }, "starting: listing every provider once", nil, nil},
+		// The line names the verb and the resource RBAC refused, and the
+		// grant that fixes it.
 		{"forbidden", func(t *testing.T) string { return kubeconfig(t, forbidding.URL, nil) }, "node watch: can't list or watch Nodes",
-			[]string{"forbidden", "cannot list resource"}},
+			[]string{"forbidden", "cannot list resource"}, []string{`cannot list resource "nodes"`, "list and watch on nodes", "prebake-rbac.yaml"}},
 		// A kubeconfig whose CA is not the server's.
 		{"wrong CA", func(t *testing.T) string {
 			return kubeconfig(t, forbidding.URL, otherCA(t))
-		}, "node watch: can't list or watch Nodes", []string{"x509"}},
+		}, "node watch: can't list or watch Nodes", []string{"x509"}, []string{"x509", "CA matches"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := startServeProc(t, kwokConfig(t, tc.kubeconfig(t)))
-			p.waitLog(t, tc.waitFor)
+			line := p.waitLog(t, tc.waitFor)
+			said := fmt.Sprint(line["err"], " ", line["hint"])
+			for _, want := range tc.logSays {
+				if !strings.Contains(said, want) {
+					t.Errorf("log line %q: err and hint %q do not say %q", tc.waitFor, said, want)
+				}
+			}
 			if tc.readyz != nil {
 				serving := p.waitLog(t, "serving")
 				body := readyz(t, serving["http"].(string))
