@@ -18,8 +18,9 @@ import (
 	"github.com/prebake-dev/prebake/imagecatalog"
 )
 
-// TestOverlays renders every overlay and holds it to the policy and to the
-// wiring between CA's cloud-config, the Service and the certificates.
+// TestOverlays renders every overlay and holds it to the policy, to the
+// wiring between CA's cloud-config, the Service and the certificates, and
+// to prebake serve being told CA's --expander (expanderMismatches).
 func TestOverlays(t *testing.T) {
 	t.Parallel()
 	kc := kubectl(t)
@@ -40,6 +41,13 @@ func TestOverlays(t *testing.T) {
 			}
 			checkCloudConfig(t, name, objs)
 			checkNodeCreate(t, name, objs)
+			mismatches, err := expanderMismatches(objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range mismatches {
+				t.Error(m)
+			}
 		})
 	}
 }

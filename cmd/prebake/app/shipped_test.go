@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/prebake-dev/prebake/config"
 	"github.com/prebake-dev/prebake/deploy"
@@ -25,11 +27,14 @@ import (
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
 )
 
-// The provider configs deploy/ ships, each served with the expanders
-// deploy/base runs CA with: prebake is told the same value, and for every
-// group of every config it answers what those expanders call (the price
-// expander: PricingNodePrice of the group's template node and
-// PricingPodPrice). This is what the real CA 1.36.1 found broken.
+// The provider configs deploy/ ships (every component that generates
+// prebake-config, found by shippedConfigs so a new one is not missed), each
+// served with the expanders deploy/base runs CA with: prebake is told the
+// same value, and for every group of every config it answers what those
+// expanders call (the price expander: PricingNodePrice of the group's
+// template node and PricingPodPrice). This is what the real CA 1.36.1
+// found broken. deploy's TestOverlays holds every rendered overlay to the
+// same --ca-expander.
 func TestShippedConfigsServeTheShippedExpanders(t *testing.T) {
 	t.Parallel()
 	expander, err := deploy.CAExpander()
@@ -40,10 +45,10 @@ func TestShippedConfigsServeTheShippedExpanders(t *testing.T) {
 	if err != nil || !ok || told != expander {
 		t.Fatalf("deploy/base's prebake --ca-expander = %q (%v, %v), want CA's --expander %q", told, ok, err, expander)
 	}
-	for _, component := range []string{"kwok", "hcloud", "hcloud-bootstrap", "static"} {
+	for component, path := range shippedConfigs(t) {
 		t.Run(component, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := config.Load(filepath.Join("../../../deploy/components", component, "config.yaml"))
+			cfg, err := config.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,6 +89,66 @@ func TestShippedConfigsServeTheShippedExpanders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// componentsDir is deploy/components, from this package.
+const componentsDir = "../../../deploy/components"
+
+// shippedConfigs returns the prebake config of every component in
+// deploy/components whose kustomization generates the prebake-config
+// ConfigMap, by component name: the configs prebake serve runs with in
+// some shipped overlay.
+func shippedConfigs(t *testing.T) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(componentsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(componentsDir, e.Name(), "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k struct {
+			ConfigMapGenerator []struct {
+				Name  string   `json:"name"`
+				Files []string `json:"files"`
+			} `json:"configMapGenerator"`
+		}
+		if err := sigsyaml.Unmarshal(raw, &k); err != nil {
+			t.Fatalf("deploy/components/%s/kustomization.yaml: %v", e.Name(), err)
+		}
+		for _, g := range k.ConfigMapGenerator {
+			if g.Name != "prebake-config" {
+				continue
+			}
+			// A file entry is "path" or "key=path"; prebake serve reads
+			// the key config.yaml (--config in deploy/base/prebake.yaml).
+			for _, f := range g.Files {
+				key, file, found := strings.Cut(f, "=")
+				if !found {
+					key, file = filepath.Base(f), f
+				}
+				if key == "config.yaml" {
+					out[e.Name()] = filepath.Join(componentsDir, e.Name(), file)
+				}
+			}
+			if out[e.Name()] == "" {
+				t.Errorf("deploy/components/%s generates prebake-config without a config.yaml key", e.Name())
+			}
+		}
+	}
+	// The four that ship today: if discovery finds fewer, it is broken.
+	for _, c := range []string{"kwok", "hcloud", "hcloud-bootstrap", "static"} {
+		if out[c] == "" {
+			t.Errorf("no prebake config found for deploy/components/%s (found %v)", c, out)
+		}
+	}
+	return out
 }
 
 // standIns points what a shipped config needs of its cluster at stand-ins:
