@@ -67,8 +67,10 @@ func (c *Core) NodePrice(n Node, start, end time.Time) (float64, error) {
 // cheapest slice of any priced group's machine type that holds the pod's
 // requests. A slice of a machine type is priced by the pod's dominant share
 // of it, max(cpu/cpu, memory/memory, gpus/gpus), times the type's price per
-// hour. It depends only on the pod, so CA's price expander compares groups
-// by what their nodes cost against the same pod value. A pod without
+// hour. It depends only on the pod and the configured groups, never on the
+// option CA asks for, so CA's price expander compares options by what their
+// nodes cost against the same pod values (docs/operations.md, "Prices for
+// CA's price expander"). A pod without
 // requests costs 0 (CA then relies on its stabilisation pod).
 func (c *Core) PodPrice(pod *corev1.Pod, start, end time.Time) (float64, error) {
 	h, err := hours(start, end)

@@ -74,7 +74,7 @@ func main() {
 		os.Exit(1)
 	}
 
-	fmt.Printf("Compute Engine API requests of one forced Refresh (one provider List):\n\n")
+	fmt.Printf("Compute Engine API requests of one forced Refresh (one provider List; SIMULATED: requests to the fake API):\n\n")
 	fmt.Println("| instances | requests | aggregatedList pages (500 a page) |")
 	fmt.Println("|---:|---:|---:|")
 	for _, n := range []int{100, 499, 500, 501, c.instances} {
@@ -97,7 +97,7 @@ func main() {
 		}
 		rows = append(rows, r)
 	}
-	fmt.Printf("Compute Engine API requests in %v of simulated time: %d instances in %d groups over %d zones, CA loop every %v, "+
+	fmt.Printf("Compute Engine API requests in %v of simulated time (SIMULATED: the fake API on a simulated clock): %d instances in %d groups over %d zones, CA loop every %v, "+
 		"%d creates and %d deletes of churn:\n\n", c.hour, c.instances, c.groups, len(zones), loop, rows[0].creates, rows[0].deletes)
 	fmt.Println("| provider | requests/hour | by endpoint |")
 	fmt.Println("|---|---:|---|")
