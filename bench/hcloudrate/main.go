@@ -56,6 +56,9 @@ type config struct {
 	servers, groups int
 	hour            time.Duration
 	ttls            []time.Duration
+	// skipConsoleDelete leaves out the console delete after the hour
+	// (result.noticed stays 0), for a run that only counts requests.
+	skipConsoleDelete bool
 }
 
 // result is one row: API requests during the simulated hour.
@@ -184,6 +187,9 @@ func runOurs(c config, ttl time.Duration, scanShare float64) (result, error) {
 	r.creates, r.deletes = churn.Creates, churn.Deletes
 	after := snapshot(f)
 	r.requests, r.lists = after.total-before.total, after.lists-before.lists
+	if c.skipConsoleDelete {
+		return r, nil
+	}
 	r.noticed, err = noticeConsoleDelete(ctx, core, f, clk, c.hour)
 	return r, err
 }
