@@ -39,7 +39,44 @@ func TestScaleFromZero(t *testing.T) {
 	if err := e.scaleFromZero(g); err != nil {
 		t.Fatal(err)
 	}
+	checkExpanderCalls(t, e.standin, shippedExpander(t))
 	e.record("a", "a: scale from zero (1 pending pod, prebaked group with 0 nodes)", nil)
+}
+
+// checkExpanderCalls: the scale-up went through the expander chain
+// deploy/base runs CA with. With price in it (what ships), the price
+// expander's RPCs were made, as CA makes them, and every one answered OK;
+// a failed one would have made CA skip the group. Without price, none
+// were made.
+func checkExpanderCalls(t *testing.T, s *standin.StandIn, expander string) {
+	t.Helper()
+	chain, err := standin.ParseExpanders(expander)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, failed := s.RPCLatencies(), s.RPCErrors()
+	node, pod := len(calls["PricingNodePrice"]), len(calls["PricingPodPrice"])
+	if !slices.Contains(chain, "price") {
+		if node+pod != 0 {
+			t.Errorf("--expander=%s has no price, yet the stand-in made %d PricingNodePrice and %d PricingPodPrice calls", expander, node, pod)
+		}
+		return
+	}
+	// At least one loop with the option: the stabilisation pod's price,
+	// then the option's template node and its one pod.
+	ok := node >= 1 && pod >= 2
+	if !ok {
+		t.Errorf("--expander=%s: %d PricingNodePrice and %d PricingPodPrice calls, want at least 1 and 2 (the price expander never priced the option)", expander, node, pod)
+	}
+	for _, m := range []string{"PricingNodePrice", "PricingPodPrice"} {
+		if len(failed[m]) > 0 {
+			ok = false
+			t.Errorf("%s failed %v (gRPC code: count): CA's price expander skips a group whose price it can't get", m, failed[m])
+		}
+	}
+	if ok {
+		t.Logf("price expander: %d PricingNodePrice, %d PricingPodPrice calls, all OK", node, pod)
+	}
 }
 
 // TestScaleFromZeroCatchesWrongProviderID proves that scenario a checks identity: the same
