@@ -58,6 +58,9 @@ func (s *RemoteSynced) all() bool {
 type MeshStatus struct {
 	Agents      [][]RemoteStatus
 	KVStoreMesh [][]RemoteStatus
+	// AgentPods and KVStoreMeshPods name the pod ("kube-system/cilium-x7k2p") that made
+	// each report, when known (ExecStatus); Missing then names it instead of a number.
+	AgentPods, KVStoreMeshPods []string
 }
 
 // Missing returns, for the peers a join needs, why each one is not there yet ("c3: not
@@ -76,14 +79,14 @@ func (s MeshStatus) Missing(peers []string, kvstoremesh bool) []string {
 		why := ""
 		for i, a := range s.Agents {
 			if w := remoteProblem(a, p, false); w != "" {
-				why = fmt.Sprintf("agent %d: %s", i+1, w)
+				why = reporter("agent", s.AgentPods, i) + ": " + w
 				break
 			}
 		}
 		if why == "" && kvstoremesh {
 			for i, k := range s.KVStoreMesh {
 				if w := remoteProblem(k, p, true); w != "" {
-					why = fmt.Sprintf("KVStoreMesh %d: %s", i+1, w)
+					why = reporter("KVStoreMesh", s.KVStoreMeshPods, i) + ": " + w
 					break
 				}
 			}
@@ -93,6 +96,15 @@ func (s MeshStatus) Missing(peers []string, kvstoremesh bool) []string {
 		}
 	}
 	return out
+}
+
+// reporter names the i-th report: "agent kube-system/cilium-x7k2p", or "agent 2" when its
+// pod is not known.
+func reporter(kind string, pods []string, i int) string {
+	if i < len(pods) && pods[i] != "" {
+		return kind + " " + pods[i]
+	}
+	return fmt.Sprintf("%s %d", kind, i+1)
 }
 
 func remoteProblem(rs []RemoteStatus, peer string, synced bool) string {

@@ -240,7 +240,10 @@ func (e *Executor) waitJoined(ctx context.Context, cluster string, peers []strin
 				return ctx.Err()
 			}
 			why := strings.Join(missing, "; ")
-			if lastErr != nil {
+			switch {
+			case lastErr != nil && why != "":
+				why += "; the last status read failed: " + lastErr.Error()
+			case lastErr != nil:
 				why = lastErr.Error()
 			}
 			return fmt.Errorf("cluster %q: not joined after %s (--join-timeout): %s", cluster, e.joinTimeout(), why)
