@@ -9,8 +9,11 @@
 //     connection graphs to rounds of disjoint pairs;
 //   - the executor (Executor), which runs a schedule against a Backend, or joins each
 //     cluster declaratively: at most Parallel joins in flight, each a write and, with a
-//     StatusReader (StatusCommand: Cilium's own status JSON), a wait until the cluster
-//     reports its peers ready; a Journal records the joins so a killed run resumes;
+//     StatusReader, a wait until the cluster reports its peers ready; a Journal records
+//     the joins (a join without a wait as "unverified") so a killed run resumes;
+//   - the status readers, both parsing Cilium's own status JSON (ParseMeshStatus):
+//     ExecStatus (built in: cilium-dbg and kvstoremesh-dbg through pods/exec, tested
+//     against mesh/ciliumfake) and StatusCommand (a command per cluster);
 //   - the backends: Cilium (server-side apply of the objects Cilium reads with
 //     clustermesh.config.enabled=false, through client-go), Command (a command per
 //     pair), HelmValues (a values file per cluster) and Simulated (benchmarks).

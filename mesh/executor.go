@@ -66,7 +66,8 @@ type Executor struct {
 	// Status, when set, is polled after a cluster is written; the join is done once every
 	// agent reported lists every peer ready (and every KVStoreMesh ready and synced, with
 	// KVStoreMesh). A cluster already written but not recorded as joined in Journal is
-	// only waited for.
+	// only waited for. Without Status a join ends once written: Journal records it as
+	// "unverified", and Result.Unverified counts it.
 	Status StatusReader
 	// KVStoreMesh makes a join wait for the KVStoreMesh sync too.
 	KVStoreMesh bool
@@ -90,8 +91,11 @@ type Result struct {
 	Writes int
 	// Finished counts the clusters skipped because Journal holds their finished join.
 	Finished int
-	Failures []Failure
-	Duration time.Duration
+	// Unverified counts the joins that succeeded without a status wait (no Status): written,
+	// not confirmed by Cilium.
+	Unverified int
+	Failures   []Failure
+	Duration   time.Duration
 }
 
 // Failure is an operation that failed every attempt.
@@ -179,8 +183,11 @@ func (e *Executor) Declarative(ctx context.Context, b DeclarativeBackend, member
 		if e.Journal != nil {
 			j.begin = func() error { return e.Journal.record(event, c, peers, "") }
 			j.end = func(err error) error {
-				if err != nil {
+				switch {
+				case err != nil:
 					return e.Journal.record(JournalFailed, c, peers, err.Error())
+				case e.Status == nil:
+					return e.Journal.record(JournalUnverified, c, peers, unverifiedDetail)
 				}
 				return e.Journal.record(JournalDone, c, peers, "")
 			}
@@ -199,12 +206,18 @@ func (e *Executor) Declarative(ctx context.Context, b DeclarativeBackend, member
 		s.RoundCount, s.PairCount, s.LowerBound = 1, len(round), 1
 	}
 	res, err := e.run(ctx, rounds)
+	if e.Status == nil {
+		res.Unverified = res.Succeeded
+	}
 	res.Schedule = s
 	res.Writes = len(writes)
 	res.Finished = finished
 	res.Duration = time.Since(start)
 	return res, err
 }
+
+// unverifiedDetail is the journal's note on a join that ended without a status wait.
+const unverifiedDetail = "written; not verified: Cilium's status was not read"
 
 func (e *Executor) joinTimeout() time.Duration {
 	if e.JoinTimeout <= 0 {
@@ -438,6 +451,9 @@ func WriteSummary(w io.Writer, r Result) error {
 		r.Ops, r.Succeeded, len(r.Failures), r.Retries, r.Duration.Round(time.Millisecond))
 	if r.Schedule.Method == MethodDeclarative && (r.Finished > 0 || r.Writes != r.Ops) {
 		fmt.Fprintf(tw, "joins: %d written, %d only awaited (written before), %d skipped (done per the journal)\n", r.Writes, r.Ops-r.Writes, r.Finished)
+	}
+	if r.Unverified > 0 {
+		fmt.Fprintf(tw, "joins: %d not verified: written, but Cilium's status was not read, so nothing confirms that the peers connected\n", r.Unverified)
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(tw, "failed: round %d: %s after %d attempts: %v\n", f.Round, f.Op, f.Attempts, f.Err)

@@ -335,3 +335,80 @@ func TestJournalReadsCutLine(t *testing.T) {
 		t.Error("a new write of c1 left its old join finished")
 	}
 }
+
+// TestDeclarativeWithoutStatusIsUnverified: without a status reader (--no-wait) a join
+// ends once written; the journal and the summary say it was not verified, and a later run
+// that waits treats those clusters as written, not done: it waits for them, writing nothing.
+func TestDeclarativeWithoutStatusIsUnverified(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	sim := NewSimulated(0, nil)
+	path := filepath.Join(t.TempDir(), "apply.journal")
+	j, err := OpenJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Executor{Parallel: 2, Journal: j}
+	res, err := e.Declarative(context.Background(), sim, names(n), FullMesh(names(n)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Succeeded != n || res.Unverified != n {
+		t.Errorf("%d joins succeeded, %d unverified; want %d, %d", res.Succeeded, res.Unverified, n, n)
+	}
+	var sum strings.Builder
+	if err := WriteSummary(&sum, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sum.String(), "joins: 4 not verified: written, but Cilium's status was not read") {
+		t.Errorf("summary:\n%s", sum.String())
+	}
+	entries, err := ReadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if en.Event == JournalDone {
+			t.Errorf("journal records %s done without a status read", en.Cluster)
+		}
+	}
+	count := map[string]int{}
+	for _, en := range entries {
+		count[en.Event]++
+	}
+	if count[JournalWrite] != n || count[JournalUnverified] != n || MaxInFlight(entries) > 2 {
+		t.Errorf("journal: %v (max in flight %d), want %d writes and %d unverified, ≤ 2 in flight", count, MaxInFlight(entries), n, n)
+	}
+	if !strings.Contains(entries[len(entries)-1].Detail, "not verified") {
+		t.Errorf("unverified entry's detail %q", entries[len(entries)-1].Detail)
+	}
+
+	// The same run again without status: nothing to write, nothing claimed.
+	if res, err = e.Declarative(context.Background(), sim, names(n), FullMesh(names(n)...)); err != nil || res.Ops != 0 || res.Unverified != 0 {
+		t.Errorf("re-run without status: %+v, %v", res, err)
+	}
+
+	// A run that waits: every cluster is only awaited, none written again.
+	j2, err := OpenJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newFakeStatus(sim, 2)
+	e = &Executor{Parallel: 2, Journal: j2, Status: st, PollInterval: time.Millisecond}
+	res, err = e.Declarative(context.Background(), sim, names(n), FullMesh(names(n)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != n || res.Writes != 0 || res.Finished != 0 || res.Unverified != 0 || sim.Stats().Calls != n {
+		t.Errorf("waiting run: %d joins, %d writes, %d finished, %d unverified, %d writes in all; want %d, 0, 0, 0, %d",
+			res.Ops, res.Writes, res.Finished, res.Unverified, sim.Stats().Calls, n, n)
+	}
+	for _, c := range names(n) {
+		if st.reads[c] < 2 {
+			t.Errorf("%s: %d status reads, want ≥ 2 (ready from read 2)", c, st.reads[c])
+		}
+		if !j2.Finished(c, withoutSelf(c, names(n))) {
+			t.Errorf("%s: not done in the journal after the waiting run", c)
+		}
+	}
+}

@@ -21,8 +21,10 @@ import (
 //
 // with event "write" (a join began by writing the cluster), "wait" (a join began with the
 // cluster already written: only its status is awaited), "done" (the cluster reported
-// every peer ready) or "failed" (detail says why). The peers key is a hash of the peer
-// list the join was for: a join done for other peers does not count.
+// every peer ready), "unverified" (the write succeeded and no status was read, e.g.
+// --no-wait: a later run that waits treats the cluster as written, not done) or "failed"
+// (detail says why). The peers key is a hash of the peer list the join was for: a join
+// done for other peers does not count.
 type Journal struct {
 	path string
 	now  func() time.Time
@@ -38,6 +40,8 @@ const (
 	JournalWait   = "wait"
 	JournalDone   = "done"
 	JournalFailed = "failed"
+	// JournalUnverified ends a join that was written and not awaited.
+	JournalUnverified = "unverified"
 )
 
 // JournalEntry is one line of a journal.
@@ -89,7 +93,7 @@ func ReadJournal(path string) ([]JournalEntry, error) {
 			e.Detail = fields[4]
 		}
 		switch e.Event {
-		case JournalWrite, JournalWait, JournalDone, JournalFailed:
+		case JournalWrite, JournalWait, JournalDone, JournalFailed, JournalUnverified:
 		default:
 			return nil, fmt.Errorf("%s:%d: unknown event %q", path, line, e.Event)
 		}
@@ -174,7 +178,7 @@ func (j *Journal) Close() error {
 }
 
 // MaxInFlight replays entries and returns the most joins that were in flight at once
-// (begun with "write" or "wait", not yet "done" or "failed").
+// (begun with "write" or "wait", not yet "done", "unverified" or "failed").
 func MaxInFlight(entries []JournalEntry) int {
 	in := map[string]bool{}
 	most := 0
@@ -182,7 +186,7 @@ func MaxInFlight(entries []JournalEntry) int {
 		switch e.Event {
 		case JournalWrite, JournalWait:
 			in[e.Cluster] = true
-		case JournalDone, JournalFailed:
+		case JournalDone, JournalFailed, JournalUnverified:
 			delete(in, e.Cluster)
 		}
 		most = max(most, len(in))
