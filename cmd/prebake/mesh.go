@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"github.com/prebake-dev/prebake/mesh"
 )
@@ -267,12 +268,52 @@ func (f *ciliumFlags) register(cmd *cobra.Command) {
 // errCiliumNeedsClusters is what --backend cilium without --clusters says.
 var errCiliumNeedsClusters = errors.New("--backend cilium needs --clusters: it needs each cluster's kubeconfig context and clustermeshAPIServer endpoint")
 
-func (f *ciliumFlags) backend(clusters []mesh.Cluster) (*mesh.Cilium, error) {
-	clients, err := mesh.KubeClients(clusters, f.kubeconfig)
+// backend returns the cilium backend and the clusters' REST configs (for the status reader).
+func (f *ciliumFlags) backend(clusters []mesh.Cluster) (*mesh.Cilium, map[string]*rest.Config, error) {
+	configs, err := mesh.KubeConfigs(clusters, f.kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mesh.NewCilium(clusters, clients, mesh.CiliumOptions{Namespace: f.namespace, Domain: f.domain, KVStoreMesh: f.kvstoremesh})
+	clients, err := mesh.ClientsFor(clusters, configs)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := mesh.NewCilium(clusters, clients, mesh.CiliumOptions{Namespace: f.namespace, Domain: f.domain, KVStoreMesh: f.kvstoremesh})
+	return b, configs, err
+}
+
+// statusReader is the built-in status reader of the cilium backend.
+func (f *ciliumFlags) statusReader(configs map[string]*rest.Config) (mesh.StatusReader, error) {
+	return mesh.NewExecStatus(configs, mesh.ExecStatusOptions{Namespace: f.namespace, KVStoreMesh: f.kvstoremesh})
+}
+
+var errNoWaitStatusCommand = errors.New("--no-wait and --status-command contradict each other: drop one")
+
+// joinWait decides how a declarative join is confirmed: by --status-command; else, for the
+// cilium backend, by Cilium's status read through pods/exec (builtin); else not at all
+// (--no-wait, and the backends that only write files). note says which, for the log.
+func joinWait(backend string, noWait bool, statusCmd *mesh.StatusCommand, kvstoremesh bool,
+	builtin func() (mesh.StatusReader, error)) (r mesh.StatusReader, note string, err error) {
+	switch {
+	case noWait && statusCmd.Template != "":
+		return nil, "", errNoWaitStatusCommand
+	case statusCmd.Template != "":
+		return statusCmd, "waiting for each join: --status-command, every --poll, at most --join-timeout per cluster", nil
+	case noWait:
+		return nil, "--no-wait: a join counts as done once written; nothing checks that Cilium connected the peers " +
+			"(the journal records them as unverified; run again without --no-wait to wait for them)", nil
+	case backend == "cilium":
+		r, err := builtin()
+		if err != nil {
+			return nil, "", err
+		}
+		what := "cilium-dbg status in one agent"
+		if kvstoremesh {
+			what += " and kvstoremesh-dbg status in every clustermesh-apiserver pod"
+		}
+		return r, "waiting for each join: " + what + " (pods/exec), every --poll, at most --join-timeout per cluster", nil
+	}
+	return nil, "", nil
 }
 
 // contexts maps the clusters' names to their kubeconfig contexts.
@@ -303,6 +344,7 @@ func newMeshApplyCommand() *cobra.Command {
 		outDir      string
 		journal     string
 		statusCmd   mesh.StatusCommand
+		noWait      bool
 		joinTimeout time.Duration
 		poll        time.Duration
 		command     mesh.Command
@@ -314,9 +356,9 @@ func newMeshApplyCommand() *cobra.Command {
 plans only what is missing, and runs it, so running it again after a failure resumes.
 
 Modes:
-  declarative  one join per cluster: a write of its whole peer list, then (with
-               --status-command) a wait until Cilium in that cluster reports every
-               peer ready. All in one round, at most --parallel joins in flight
+  declarative  one join per cluster: a write of its whole peer list, then a wait
+               until Cilium in that cluster reports every peer ready (see "Waiting
+               for Cilium"). All in one round, at most --parallel joins in flight
                (recommended; see docs/mesh.md)
   pairwise     one operation per pair, in rounds of disjoint pairs ("mesh plan"),
                as "cilium clustermesh connect" needs
@@ -342,13 +384,25 @@ Backends:
                Needs --clusters with clustermeshAPIServer endpoints; declarative only.
   simulated    in memory; each operation takes --op-time. For trying and benchmarks.
 
-Waiting for Cilium (declarative): --status-command runs per cluster ({cluster},
-{context}; no shell unless --shell) and prints Cilium's own status JSON: one or more
-'cilium-dbg status -o json' (agents) and, with --kvstoremesh, 'clustermesh-apiserver
-kvstoremesh-dbg status -o json'. A join is done when every agent lists every peer
-ready and, with KVStoreMesh, every KVStoreMesh lists it ready and synchronised. It is
-read every --poll until --join-timeout, which fails that join only. A remote that
-flaps only prolongs the waits that need it: nothing is written again.
+Waiting for Cilium (declarative): with --backend cilium, a join is done only once
+Cilium in that cluster says so. By default prebake reads it through the Kubernetes API
+(pods/exec), as these commands would:
+  kubectl -n <namespace> exec ds/cilium -c cilium-agent -- cilium-dbg status -o json
+  kubectl -n <namespace> exec <pod> -c kvstoremesh -- clustermesh-apiserver kvstoremesh-dbg status -o json
+the first in one agent pod, the second (with --kvstoremesh) in every
+clustermesh-apiserver pod. The kubeconfig user needs, in Cilium's namespace: create
+on pods/exec (and get, for API servers before Kubernetes 1.35), get on daemonsets and
+deployments, list on pods. A join is done when the agent lists every peer ready and,
+with KVStoreMesh, every KVStoreMesh lists it ready and synchronised. It is read every
+--poll until --join-timeout, which fails that join only. A remote that flaps only
+prolongs the waits that need it: nothing is written again.
+
+--status-command replaces the built-in reader (any backend): a command run per cluster
+({cluster}, {context}; no shell unless --status-shell) printing that same JSON, e.g.
+to ask every agent. --no-wait counts a join as done once written: nothing checks that
+Cilium connected the peers, the log says so, and the journal records those joins as
+"unverified", so a later run without --no-wait waits for them. The helm-values and
+simulated backends do not wait unless given --status-command.
 
 Progress (declarative): each join is appended to --journal as it begins and ends. A
 re-run skips the clusters whose join it records as done for the same peers (and whose
@@ -360,13 +414,18 @@ removed clusters themselves are not written (tear them down, or disable Cluster 
 
 Failed writes are retried (--attempts, exponential backoff); the rest of the round
 continues, and the summary lists what failed.`,
-		Example: `  # write the mesh objects into every cluster of clusters.yaml, after showing what changes
+		Example: `  # write the mesh objects into every cluster of clusters.yaml, after showing what changes;
+  # each join counts once Cilium in that cluster reports its peers ready
   prebake mesh apply --clusters clusters.yaml --backend cilium --dry-run
   prebake mesh apply --clusters clusters.yaml --backend cilium --parallel 8
 
-  # ... and count a join as done only once Cilium in that cluster reports its peers ready
+  # write only; nothing verifies the joins (a later run without --no-wait waits for them)
+  prebake mesh apply --clusters clusters.yaml --backend cilium --no-wait
+
+  # read the status with your own command instead, here from every agent
   prebake mesh apply --clusters clusters.yaml --backend cilium --status-shell --status-command \
-    'kubectl --context {context} -n kube-system exec ds/cilium -c cilium-agent -- cilium-dbg status -o json &&
+    'for p in $(kubectl --context {context} -n kube-system get pod -l k8s-app=cilium -o name); do
+       kubectl --context {context} -n kube-system exec $p -c cilium-agent -- cilium-dbg status -o json || exit 1; done &&
      kubectl --context {context} -n kube-system exec deploy/clustermesh-apiserver -c kvstoremesh -- clustermesh-apiserver kvstoremesh-dbg status -o json'
 
   # pairwise cilium-cli connects, round by round
@@ -391,6 +450,9 @@ continues, and the summary lists what failed.`,
 			}
 			if statusCmd.Template != "" && mode != "declarative" {
 				return errors.New("--status-command waits for declarative joins: use --mode declarative")
+			}
+			if noWait && statusCmd.Template != "" {
+				return errNoWaitStatusCommand
 			}
 			switch backend {
 			case "cilium", "helm-values":
@@ -432,7 +494,10 @@ continues, and the summary lists what failed.`,
 				return nil
 			}
 
-			var b mesh.DeclarativeBackend
+			var (
+				b       mesh.DeclarativeBackend
+				builtin func() (mesh.StatusReader, error) // the cilium backend's status reader
+			)
 			switch backend {
 			case "simulated":
 				sim := mesh.NewSimulated(opTime, current)
@@ -457,16 +522,24 @@ continues, and the summary lists what failed.`,
 				if err := declarativeOnly(); err != nil {
 					return err
 				}
-				cb, err := cf.backend(src.clusters)
+				cb, configs, err := cf.backend(src.clusters)
 				if err != nil {
 					return err
 				}
 				b = cb
 				e.KVStoreMesh = cf.kvstoremesh
+				builtin = func() (mesh.StatusReader, error) { return cf.statusReader(configs) }
 			}
-			if statusCmd.Template != "" && !dryRun {
+			if !dryRun {
 				statusCmd.Contexts = contexts(src.clusters)
-				e.Status = &statusCmd
+				r, note, err := joinWait(backend, noWait, &statusCmd, cf.kvstoremesh, builtin)
+				if err != nil {
+					return err
+				}
+				e.Status = r
+				if note != "" {
+					fmt.Fprintln(out, note)
+				}
 			}
 			if dryRun {
 				b = &mesh.DryRun{Backend: b, Out: out}
@@ -501,10 +574,11 @@ continues, and the summary lists what failed.`,
 	cmd.Flags().IntVar(&attempts, "attempts", 3, "attempts per write or operation before it counts as failed")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the writes instead of making them")
 	cmd.Flags().StringVar(&journal, "journal", "", "file recording the progress, read back to resume (default: declarative with --clusters: beside it, clusters.yaml → clusters.journal; command backend: mesh-command.journal)")
-	cmd.Flags().StringVar(&statusCmd.Template, "status-command", "", "declarative: command run per cluster ({cluster} {context}) printing Cilium's status JSON (cilium-dbg status -o json, kvstoremesh-dbg status -o json); a join is done once it shows every peer ready")
+	cmd.Flags().StringVar(&statusCmd.Template, "status-command", "", "declarative: instead of the cilium backend's built-in reader (pods/exec), a command run per cluster ({cluster} {context}) printing Cilium's status JSON (cilium-dbg status -o json, kvstoremesh-dbg status -o json); a join is done once it shows every peer ready")
 	cmd.Flags().BoolVar(&statusCmd.Shell, "status-shell", false, "run --status-command with sh -c ({cluster} and {context} become \"$MESH_CLUSTER\" and \"$MESH_CONTEXT\")")
-	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", 10*time.Minute, "declarative with --status-command: how long one cluster may take to report its peers ready; past it that join fails")
-	cmd.Flags().DurationVar(&poll, "poll", 5*time.Second, "declarative with --status-command: time between two status reads of a cluster")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "declarative: count a join as done once written, without reading Cilium's status (the journal records it as unverified)")
+	cmd.Flags().DurationVar(&joinTimeout, "join-timeout", 10*time.Minute, "declarative joins that wait (cilium, or --status-command): how long one cluster may take to report its peers ready; past it that join fails")
+	cmd.Flags().DurationVar(&poll, "poll", 5*time.Second, "declarative joins that wait: time between two status reads of a cluster")
 	cmd.Flags().DurationVar(&opTime, "op-time", 15*time.Millisecond, "simulated backend: time one operation takes")
 	cmd.Flags().StringVar(&outDir, "out", "mesh-values", "helm-values backend: directory of the values files")
 	cmd.Flags().StringVar(&command.Connect, "command", "", "command backend: template run per pair to connect; {a} {b} {a.context} {b.context}")
@@ -589,7 +663,7 @@ Backends:
 					return errCiliumNeedsClusters
 				}
 				if clusters, err = mesh.LoadFile(clustersFile); err == nil {
-					b, err = cf.backend(clusters)
+					b, _, err = cf.backend(clusters)
 				}
 			case "helm-values":
 				clusters, err = mesh.LoadFile(clustersFile)
