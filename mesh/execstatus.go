@@ -20,10 +20,12 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 )
 
-// What the built-in status reader runs, as the Cilium v1.20.2 chart names it: the agent
-// DaemonSet and its container, the clustermesh-apiserver Deployment and its KVStoreMesh
-// container, and the commands Cilium's docs give for their status
-// (Documentation/network/clustermesh/clustermesh.rst, "Troubleshooting").
+// What the built-in status reader runs: the agent DaemonSet and its container, the
+// clustermesh-apiserver Deployment and its KVStoreMesh container, as the Cilium v1.20.2 chart
+// names them (install/kubernetes/cilium/templates/cilium-agent/daemonset.yaml,
+// clustermesh-apiserver/deployment.yaml), and the status commands of Cilium's command
+// reference (Documentation/cmdref/cilium-dbg_status.md,
+// clustermesh-apiserver_kvstoremesh-dbg_status.md).
 const (
 	AgentDaemonSet          = "cilium"
 	AgentContainer          = "cilium-agent"
