@@ -79,6 +79,12 @@ type Options struct {
 	// Catalog is the image catalog that groups' channels resolve against,
 	// reloaded on every sync. Nil means every group installs at runtime.
 	Catalog CatalogSource
+	// CheckCatalog, when set, runs on every catalog that loads (serve gives
+	// config.Config.ImageRendererErrors: a channel that can resolve images
+	// of two renderers). It returns, by group ID, why the group's new
+	// machines must not be created against that catalog; they then fail
+	// with code CodeMixedRenderers and that error until a load clears it.
+	CheckCatalog func(imagecatalog.Catalog) map[string]error
 	// UserData renders each machine's user-data (bootstrap) when the group
 	// has no userDataFile; nil sends the group's UserData as is.
 	UserData UserDataSource
@@ -184,6 +190,12 @@ type instance struct {
 	fallback *Fallback
 	// missing says which of the group's container images the image lacks.
 	missing *MissingImages
+	// manifest is the catalog's manifest of image (zero for runtime
+	// install): what the image carries, at which versions.
+	manifest imagecatalog.Manifest
+	// refused, set at IncreaseSize, is why the machine must not be created
+	// (Options.CheckCatalog refused its group); the worker fails it with it.
+	refused error
 	// adopted instances were found by List, not requested by this process:
 	// their timeline is unknown and not observed.
 	adopted bool

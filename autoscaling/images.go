@@ -70,6 +70,9 @@ type catalogState struct {
 	catalog imagecatalog.Catalog
 	err     error // the last load's error; catalog is then the one before
 	loaded  bool  // a load succeeded at least once
+	// refused is Options.CheckCatalog's answer for catalog: by group ID, why
+	// the group's new machines must not be created against it.
+	refused map[string]error
 }
 
 // catalogHolder keeps the current catalog for lock-free reads under c.mu.
@@ -97,10 +100,32 @@ func (c *Core) reloadCatalog(ctx context.Context) {
 	if err != nil {
 		c.metrics.catalogErrors.Inc()
 		c.log.Warn("image catalog: load failed; keeping the last good one", "err", err, "loaded", prev.loaded)
-		c.catalog.p.Store(&catalogState{catalog: prev.catalog, err: err, loaded: prev.loaded})
+		c.catalog.p.Store(&catalogState{catalog: prev.catalog, err: err, loaded: prev.loaded, refused: prev.refused})
 		return
 	}
-	c.catalog.p.Store(&catalogState{catalog: cat, loaded: true})
+	var refused map[string]error
+	if c.opts.CheckCatalog != nil {
+		refused = c.opts.CheckCatalog(cat)
+	}
+	for _, id := range c.groupOrder {
+		switch now, before := refused[id], prev.refused[id]; {
+		case now != nil && (before == nil || now.Error() != before.Error()):
+			c.log.Error("image catalog: the group's new machines are refused until the catalog or the group's image.os changes", "group", id, "err", now)
+		case now == nil && before != nil:
+			c.log.Info("image catalog: the group's machines are no longer refused", "group", id)
+		}
+	}
+	c.catalog.p.Store(&catalogState{catalog: cat, loaded: true, refused: refused})
+}
+
+// CodeMixedRenderers is the creation error code of a machine refused because
+// Options.CheckCatalog refused its group against the loaded catalog.
+const CodeMixedRenderers = "mixed_renderers"
+
+// refusal is why a new machine of g must not be created against the loaded
+// catalog (Options.CheckCatalog), or nil.
+func (c *Core) refusal(g *group) error {
+	return c.catalog.get().refused[g.spec.ID]
 }
 
 // resolveImage picks the image a new machine of g boots from. It is pure
@@ -148,16 +173,37 @@ func (c *Core) resolveImage(g *group) (image string, kind providers.ImageKind, f
 }
 
 // familyOf is the OS family of a new machine of g booting image ("" for
-// the runtime-install path): the catalog's for an image, else the group's
-// image.os (Debian or Ubuntu when unset: the providers' base images).
+// the runtime-install path): the catalog's for an image; else the group's
+// image.os; else, for a group with a channel, the family of the channels
+// its query matches (a Flatcar-only channel falls back as Flatcar, whose
+// runtime path the renderer then refuses, rather than as a Debian node
+// configured with cloud-init); else Debian or Ubuntu, the providers' base
+// images. Before the catalog first loads, a group without image.os is
+// taken as Debian or Ubuntu.
 func (c *Core) familyOf(g *group, image string) imagecatalog.Family {
-	f, err := imagecatalog.ChooseFamily(c.catalog.get().catalog, image, g.spec.ImageOS)
+	cat := c.catalog.get().catalog
+	if image == "" && g.spec.ImageOS == "" && g.spec.ImageChannel != "" {
+		if f, ok := imagecatalog.ChannelFamily(cat, g.imageQuery()); ok {
+			return f
+		}
+	}
+	f, err := imagecatalog.ChooseFamily(cat, image, g.spec.ImageOS)
 	if err != nil {
 		// An image resolved from this catalog is in it; keep the
 		// group's family if a reload dropped it since.
 		f, _ = imagecatalog.ChooseFamily(imagecatalog.Catalog{}, "", g.spec.ImageOS)
 	}
 	return f
+}
+
+// manifestOf is the catalog's manifest of image, the zero Manifest for ""
+// (runtime install) or an image a reload dropped since it resolved.
+func (c *Core) manifestOf(image string) imagecatalog.Manifest {
+	if image == "" {
+		return imagecatalog.Manifest{}
+	}
+	im, _ := c.catalog.get().catalog.Image(image)
+	return im.Manifest
 }
 
 // imageQuery is the catalog query for a group: its channel, its provider,

@@ -3,6 +3,7 @@ package autoscaling
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -359,5 +360,171 @@ func TestGroupContainerImagesChooseAndReport(t *testing.T) {
 				t.Errorf("%d fallback series: an image that lacks container images is no fallback", got)
 			}
 		})
+	}
+}
+
+// flatcarImage is catalogImage as Flatcar 4230, whose manifest records the sysext at sysext.
+func flatcarImage(id string, i int, sysext string) imagecatalog.Image {
+	im := catalogImage(id, i, "amd64")
+	n := imagecatalog.Name{OS: "flatcar", OSVersion: "4230", K8s: imagecatalog.Version{Major: 1, Minor: 35, Patch: 4}, Arch: "amd64", Built: im.Created}
+	im.Name = n.String()
+	im.Manifest = imagecatalog.ManifestFor(imagecatalog.FamilyFlatcar, map[string]string{imagecatalog.SysextComponent: sysext})
+	return im
+}
+
+// machineRecorder is a UserDataSource that keeps the Machines it renders for.
+type machineRecorder struct {
+	mu sync.Mutex
+	ms []Machine
+}
+
+func (r *machineRecorder) UserData(_ context.Context, m Machine) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ms = append(r.ms, m)
+	return []byte("#cloud-config\n"), nil
+}
+
+func (r *machineRecorder) all() []Machine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Machine(nil), r.ms...)
+}
+
+// TestMachineCarriesTheImagesFamilyAndManifest: a machine booting a catalog image is
+// rendered with the image's family and the manifest the catalog records for it (the sysext
+// version a Flatcar node must find); a machine of a group without image.os whose
+// Flatcar-only channel gives no image falls back as Flatcar, not as a Debian node.
+func TestMachineCarriesTheImagesFamilyAndManifest(t *testing.T) {
+	t.Parallel()
+	p := fake.New()
+	p.BootsImages = true
+	src := &memCatalog{}
+	src.set(catalogWith(t, []imagecatalog.Image{flatcarImage("fc-1", 1, "v1.35.2")}, "fc-1"), nil)
+	rec := &machineRecorder{}
+	c := newCoreWith(t, p, func(o *Options) { o.Catalog, o.UserData = src, rec }, stableGroup())
+	if err := c.IncreaseSize("g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	nthRequest(t, p, 1)
+	m := rec.all()[0]
+	if m.Request.Image != "fc-1" || m.Family != imagecatalog.FamilyFlatcar || m.Manifest.Components[imagecatalog.SysextComponent] != "v1.35.2" {
+		t.Errorf("prebaked Flatcar machine: image %q family %q manifest %v; want fc-1, flatcar, the sysext at v1.35.2", m.Request.Image, m.Family, m.Manifest.Components)
+	}
+
+	// The channel's only image is deprecated: runtime install, and the machine is still
+	// Flatcar (the channel's key), so the renderer refuses it instead of configuring a
+	// Debian node with cloud-init.
+	deprecated, _, err := imagecatalog.Deprecate(catalogWith(t, []imagecatalog.Image{flatcarImage("fc-1", 1, "v1.35.2")}, "fc-1"), "fc-1", "CVE-2026-0002", catalogT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.set(deprecated, nil)
+	c.Sync(t.Context(), true)
+	if err := c.IncreaseSize("g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	nthRequest(t, p, 2)
+	m = rec.all()[1]
+	if m.Request.Image != "" || m.Family != imagecatalog.FamilyFlatcar || len(m.Manifest.Components) != 0 {
+		t.Errorf("fallback on a Flatcar-only channel: image %q family %q manifest %v; want runtime install as flatcar, no manifest", m.Request.Image, m.Family, m.Manifest.Components)
+	}
+
+	// With no catalog channel at all (another provider's key), the base image's family.
+	g := stableGroup()
+	g.ID = "g2"
+	c2 := newCoreWith(t, p, func(o *Options) { o.Catalog, o.UserData = src, rec }, g)
+	src.set(imagecatalog.Catalog{}, nil)
+	c2.Sync(t.Context(), true)
+	if err := c2.IncreaseSize("g2", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a third machine", func() bool { return len(rec.all()) == 3 })
+	if m := rec.all()[2]; m.Family != imagecatalog.FamilyDebian {
+		t.Errorf("no matching channel: family %q, want debian", m.Family)
+	}
+}
+
+// TestCheckCatalogRefusesOnEveryLoad: the catalog check runs on each catalog that loads,
+// the first one included when it loads only after start. A refused group's new machines fail
+// with CodeMixedRenderers and the check's words, without a Create call; a load that clears
+// it lets them through again.
+func TestCheckCatalogRefusesOnEveryLoad(t *testing.T) {
+	t.Parallel()
+	p := fake.New()
+	p.BootsImages = true
+	src := &memCatalog{}
+	src.set(imagecatalog.Catalog{}, errors.New("configmap read: connection refused"))
+	ubuntu := catalogImage("u-1", 1, "amd64")
+	good := catalogWith(t, []imagecatalog.Image{ubuntu}, "u-1")
+	mixed := catalogWith(t, []imagecatalog.Image{ubuntu, flatcarImage("fc-1", 2, "v1.35.4")}, "u-1", "fc-1")
+	var checks sync.Map // catalogs checked, by their image count
+	check := func(cat imagecatalog.Catalog) map[string]error {
+		checks.Store(len(cat.Images), true)
+		q := imagecatalog.Query{Channel: "stable", Key: imagecatalog.Key{OS: imagecatalog.Any, K8sMinor: imagecatalog.Any, Arch: imagecatalog.Any, Provider: "fake", Location: imagecatalog.Any}}
+		if err := imagecatalog.CheckRenderers(cat, q); err != nil {
+			return map[string]error{"g1": fmt.Errorf(`node group "g1": set image.os: %w`, err)}
+		}
+		return nil
+	}
+	m := NewMetrics(nil)
+	c := newCoreWith(t, p, func(o *Options) { o.Catalog, o.CheckCatalog, o.Metrics = src, check, m }, stableGroup())
+
+	// The catalog did not load at start: nothing to check, the group falls back.
+	src.set(mixed, nil)
+	c.Sync(t.Context(), true)
+	if _, ok := checks.Load(2); !ok {
+		t.Fatal("the first catalog that loaded after start was not checked")
+	}
+	if err := c.IncreaseSize("g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	var failed InstanceView
+	eventually(t, "the refused machine's creation error", func() bool {
+		nodes, _ := c.Nodes("g1")
+		for _, n := range nodes {
+			if n.Error != nil {
+				failed = n
+				return true
+			}
+		}
+		return false
+	})
+	if e := failed.Error; e.Code != CodeMixedRenderers || e.Class != providers.ErrorOther ||
+		!strings.Contains(e.Message, `"g1"`) || !strings.Contains(e.Message, "image.os") || !strings.Contains(e.Message, "images of two renderers") {
+		t.Errorf("creation error %+v: want %s naming the group, image.os and the renderers", e, CodeMixedRenderers)
+	}
+	if n := len(p.CreateRequests()); n != 0 {
+		t.Errorf("%d Create calls for a refused group, want 0", n)
+	}
+	if got := testutil.ToFloat64(m.createErrors.WithLabelValues("g1", "Other", CodeMixedRenderers)); got != 1 {
+		t.Errorf("create errors{code=%s} = %v, want 1", CodeMixedRenderers, got)
+	}
+
+	// A failed load keeps the last check's answer with the catalog it was made for.
+	src.set(imagecatalog.Catalog{}, errors.New("configmap read: timeout"))
+	c.Sync(t.Context(), true)
+	if err := c.IncreaseSize("g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a second refused machine", func() bool {
+		nodes, _ := c.Nodes("g1")
+		n := 0
+		for _, v := range nodes {
+			if v.Error != nil && v.Error.Code == CodeMixedRenderers {
+				n++
+			}
+		}
+		return n == 2
+	})
+
+	// The channel is fixed: the next load clears the refusal.
+	src.set(good, nil)
+	c.Sync(t.Context(), true)
+	if err := c.IncreaseSize("g1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if req := nthRequest(t, p, 1); req.Image != "u-1" {
+		t.Errorf("after the fix: image %q, want u-1", req.Image)
 	}
 }

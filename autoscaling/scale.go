@@ -61,6 +61,10 @@ func (c *Core) newInstanceLocked(g *group, now time.Time) *instance {
 	name := c.freeNameLocked(g)
 	image, kind, fb, missing := c.resolveImage(g)
 	inst := c.addInstanceLocked(g, c.createRequest(g, name, image, kind), now)
+	if err := c.refusal(g); err != nil {
+		// Not a fallback: the machine is not created at all.
+		inst.refused, fb = err, nil
+	}
 	if fb != nil {
 		fb.Machine = name
 		inst.fallback = fb
@@ -95,6 +99,7 @@ func (c *Core) addInstanceLocked(g *group, req providers.CreateRequest, now time
 		inst.placeholder = true
 	}
 	inst.family = c.familyOf(g, req.Image)
+	inst.manifest = c.manifestOf(req.Image)
 	g.instances[name] = inst
 	c.index.add(inst)
 	return inst

@@ -27,6 +27,10 @@ type Machine struct {
 	// Family is the OS family the machine boots: cloud-init or Ignition
 	// renders its user-data (Family.Renderer).
 	Family imagecatalog.Family
+	// Manifest is the catalog's manifest of the image the machine boots
+	// (Request.Image): what is baked into it, at which versions. The zero
+	// Manifest on the runtime-install path.
+	Manifest imagecatalog.Manifest
 }
 
 // JoinTokenRevoker is implemented by a UserDataSource whose user-data
@@ -40,7 +44,7 @@ type JoinTokenRevoker interface {
 // userDataFile verbatim when set, else what the source renders.
 func (c *Core) userDataFor(ctx context.Context, inst *instance) ([]byte, error) {
 	c.mu.RLock()
-	req, pid, placeholder, family := inst.req, inst.providerID, inst.placeholder, inst.family
+	req, pid, placeholder, family, manifest := inst.req, inst.providerID, inst.placeholder, inst.family, inst.manifest
 	c.mu.RUnlock()
 	if len(req.UserData) > 0 || c.opts.UserData == nil {
 		return req.UserData, nil
@@ -49,7 +53,7 @@ func (c *Core) userDataFor(ctx context.Context, inst *instance) ([]byte, error) 
 		pid = ""
 	}
 	p := inst.group.provider
-	ud, err := c.opts.UserData.UserData(ctx, Machine{Provider: p.Name(), Capabilities: p.Capabilities(), Request: req, ProviderID: pid, Family: family})
+	ud, err := c.opts.UserData.UserData(ctx, Machine{Provider: p.Name(), Capabilities: p.Capabilities(), Request: req, ProviderID: pid, Family: family, Manifest: manifest})
 	if err != nil {
 		return nil, fmt.Errorf("render user-data for %s: %w", req.Name, err)
 	}

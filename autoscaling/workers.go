@@ -185,12 +185,18 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		return
 	}
 	inst.phase = phaseCreating
-	g, req := inst.group, inst.req
+	g, req, refused := inst.group, inst.req, inst.refused
 	c.mu.Unlock()
 
 	var got providers.Instance
-	ud, err := c.userDataFor(ctx, inst)
+	var ud []byte
+	var err error
 	cls := providers.Classification{Class: providers.ErrorOther, Code: "user_data"}
+	if refused != nil {
+		err, cls.Code = refused, CodeMixedRenderers
+	} else {
+		ud, err = c.userDataFor(ctx, inst)
+	}
 	if err == nil {
 		// Rendered for this attempt only: the join token in it is a
 		// secret, so it is not kept on the instance.

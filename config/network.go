@@ -102,27 +102,42 @@ func familyList() string {
 // matches channels of two renderers (cloud-init and Ignition, for example a
 // channel holding Ubuntu and Flatcar with image.os unset) is an error naming
 // the group and the channels. (With image.os set every matching channel has
-// that release, so one family.) Serve calls it once the catalog has loaded,
-// and again on reload; the config alone can't tell (the catalog is a
-// separate document).
+// that release, so one family.) The config alone can't tell (the catalog is
+// a separate document): serve refuses to start when the catalog loads at
+// start and fails this, and checks every catalog it loads later, the first
+// one included when it loads only after start, with ImageRendererErrors.
 func (c *Config) CheckImageRenderers(cat imagecatalog.Catalog) error {
+	byGroup := c.ImageRendererErrors(cat)
 	var errs []error
+	for _, g := range c.NodeGroups {
+		if err := byGroup[g.ID]; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ImageRendererErrors is CheckImageRenderers by group ID: the groups whose
+// machines the catalog would configure two ways. Serve's core refuses their
+// new machines (a creation error with this message) until a catalog that
+// passes loads.
+func (c *Config) ImageRendererErrors(cat imagecatalog.Catalog) map[string]error {
+	out := map[string]error{}
 	for i, g := range c.NodeGroups {
 		if g.Image.Channel == "" || g.UserDataFile != "" {
 			continue
 		}
 		name := groupName(i, g.ID)
-		q := groupQuery(g)
-		rs := imagecatalog.QueryRenderers(cat, q)
+		rs := imagecatalog.QueryRenderers(cat, groupQuery(g))
 		if len(rs) > 1 {
 			var parts []string
 			for _, r := range slices.Sorted(maps.Keys(rs)) {
 				parts = append(parts, fmt.Sprintf("%s via %s", r, strings.Join(rs[r], ", ")))
 			}
-			errs = append(errs, fmt.Errorf("%s: image channel %s can resolve images of two renderers (%s): its nodes would be configured two ways as the channel moves; set image.os to one OS release", name, g.Image.Channel, strings.Join(parts, "; ")))
+			out[g.ID] = fmt.Errorf("%s: image channel %s can resolve images of two renderers (%s): its nodes would be configured two ways as the channel moves; set image.os to one OS release", name, g.Image.Channel, strings.Join(parts, "; "))
 		}
 	}
-	return errors.Join(errs...)
+	return out
 }
 
 // groupQuery is the catalog query of a group as far as the config knows it:

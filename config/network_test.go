@@ -214,6 +214,10 @@ func TestCheckImageRenderers(t *testing.T) {
 	if strings.Contains(msg, `"flat"`) || strings.Contains(msg, `"own"`) || len(strings.Split(msg, "\n")) != 1 {
 		t.Errorf("error names more than the unnarrowed group: %q", msg)
 	}
+	// By group: only the unnarrowed one, with the same words (the core's creation error).
+	if byGroup := c.ImageRendererErrors(cat); len(byGroup) != 1 || byGroup["small"] == nil || byGroup["small"].Error() != msg {
+		t.Errorf("ImageRendererErrors = %v, want the one error of %q", byGroup, "small")
+	}
 	// Without the Flatcar channel the same config passes.
 	ubuntuOnly := imagecatalog.Catalog{Images: cat.Images}
 	for _, ch := range cat.Channels {

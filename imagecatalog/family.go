@@ -118,6 +118,38 @@ func ChooseFamily(c Catalog, image, groupOS string) (Family, error) {
 	return f, nil
 }
 
+// ChannelFamily is the OS family of the channels q matches, taken from their keys, when
+// they all configure nodes one way: the one family they share, or, where they are of
+// several families of one renderer, the first of them in Families order (FamilyDebian stands
+// for Debian and Ubuntu, as in ChooseFamily). ok is false when q matches no channel or
+// channels of two renderers (CheckRenderers' error). It is the family of a group without an
+// OS of its own when its channel gives no image: a Flatcar-only channel's machines are
+// Flatcar machines, whether the channel points anywhere or not.
+func ChannelFamily(c Catalog, q Query) (f Family, ok bool) {
+	seen := map[Family]bool{}
+	renderers := map[Renderer]bool{}
+	for _, ch := range MatchChannels(c, q) {
+		fam, _ := FamilyOf(ch.OS)
+		seen[fam] = true
+		renderers[fam.Renderer()] = true
+	}
+	if len(renderers) != 1 {
+		return "", false
+	}
+	if len(seen) == 1 {
+		for fam := range seen {
+			return fam, true
+		}
+	}
+	for _, fam := range Families {
+		if seen[fam] {
+			return fam, true
+		}
+	}
+	// Several families the catalog does not know: cloud-init, as Debian.
+	return FamilyDebian, true
+}
+
 // ChooseRenderer picks the renderer of a new machine: ChooseFamily's renderer. The core
 // renders cloud-init (bootstrap.Render) or Ignition (bootstrap.RenderIgnition, with the
 // family as its OS) from it.

@@ -90,6 +90,38 @@ func TestChooseRenderer(t *testing.T) {
 	}
 }
 
+// TestChannelFamily: a query's family comes from the matching channels' keys when they
+// configure nodes one way; two renderers or no channel give none.
+func TestChannelFamily(t *testing.T) {
+	t.Parallel()
+	c := mixedCatalog(t)
+	q := func(os, provider string) Query {
+		return Query{Channel: ChannelStable, Key: Key{OS: os, K8sMinor: Any, Arch: "amd64", Provider: provider, Location: Any}}
+	}
+	// A channel key that points nowhere yet still says what its machines are.
+	c.Channels = append(c.Channels, Channel{Name: "candidate", Key: Key{OS: "fcos-42", K8sMinor: "1.35", Arch: "amd64", Provider: "gce"}})
+	c.Channels = append(c.Channels, Channel{Name: ChannelStable, Key: Key{OS: "flatcar-4230", K8sMinor: "1.35", Arch: "amd64", Provider: "gce"}})
+	c.Channels = append(c.Channels, Channel{Name: ChannelStable, Key: Key{OS: "fcos-42", K8sMinor: "1.35", Arch: "amd64", Provider: "gce"}})
+	for _, tt := range []struct {
+		name string
+		q    Query
+		want Family
+		ok   bool
+	}{
+		{"flatcar only", q("flatcar-4230", "hcloud"), FamilyFlatcar, true},
+		{"ubuntu only", q("ubuntu-2404", "hcloud"), FamilyUbuntu, true},
+		{"two renderers", q(Any, "hcloud"), "", false},
+		{"no channel", q(Any, "static"), "", false},
+		{"empty channel", Query{Channel: "candidate", Key: q(Any, "gce").Key}, FamilyFCOS, true},
+		{"two Ignition families", q(Any, "gce"), FamilyFlatcar, true},
+	} {
+		got, ok := ChannelFamily(c, tt.q)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: ChannelFamily = %q, %v; want %q, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
 func TestCheckRenderers(t *testing.T) {
 	t.Parallel()
 	c := mixedCatalog(t)

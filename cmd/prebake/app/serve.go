@@ -284,6 +284,7 @@ func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg p
 	if coreOpts.Catalog, err = catalogSource(cfg, built.kube); err != nil {
 		return builtCore{}, err
 	}
+	coreOpts.CheckCatalog = cfg.ImageRendererErrors
 	if err := checkRenderers(ctx, cfg, coreOpts.Catalog, log); err != nil {
 		return builtCore{}, fmt.Errorf("%s: %w", configPath, err)
 	}
@@ -431,11 +432,13 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 	return out, nil
 }
 
-// checkRenderers refuses a group whose channel can resolve images that are
-// configured two ways (cloud-init and Ignition: image.os unset on a channel
-// holding Ubuntu and Flatcar images), against the catalog as it is at start.
-// A catalog that can't load yet is checked by nobody: the core keeps its
-// groups on runtime install until it loads, and says so.
+// checkRenderers refuses to start with a group whose channel can resolve
+// images that are configured two ways (cloud-init and Ignition: image.os
+// unset on a channel holding Ubuntu and Flatcar images), against the catalog
+// as it is at start. Later catalogs, and the first one when it can't load
+// at start, are checked by the core on every load (Options.CheckCatalog):
+// such a group's new machines then fail with a creation error naming the
+// group and image.os, and the other groups go on.
 func checkRenderers(ctx context.Context, cfg *config.Config, src autoscaling.CatalogSource, log *slog.Logger) error {
 	if src == nil {
 		return nil
@@ -444,7 +447,7 @@ func checkRenderers(ctx context.Context, cfg *config.Config, src autoscaling.Cat
 	defer cancel()
 	cat, err := src.LoadCatalog(lctx)
 	if err != nil {
-		log.Warn("image catalog not loaded at start; the groups' renderers are not checked against it", "err", err)
+		log.Warn("image catalog not loaded at start; the groups' renderers are checked when it loads", "err", err)
 		return nil
 	}
 	return cfg.CheckImageRenderers(cat)

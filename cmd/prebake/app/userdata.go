@@ -90,8 +90,12 @@ func (b *BootstrapUserData) ignitionReady(m autoscaling.Machine) error {
 func (b *BootstrapUserData) render(m autoscaling.Machine, token string, ignition bool) ([]byte, error) {
 	in := b.input(m, token)
 	if ignition {
+		sysext, err := b.sysextFor(m)
+		if err != nil {
+			return nil, err
+		}
 		ic, err := bootstrap.RenderIgnition(bootstrap.IgnitionInput{
-			Input: in, OS: bootstrap.IgnitionOS(m.Family), Sysext: b.Sysext(m.Request.NodeLabels[providers.LabelArch]),
+			Input: in, OS: bootstrap.IgnitionOS(m.Family), Sysext: sysext,
 			Prebaked: m.Request.ImageKind == providers.ImagePrebaked,
 		})
 		if err != nil {
@@ -107,6 +111,25 @@ func (b *BootstrapUserData) render(m autoscaling.Machine, token string, ignition
 		return ud.Script, nil
 	}
 	return ud.CloudConfig, nil
+}
+
+// sysextFor is the Kubernetes sysext of an Ignition machine: bootstrap.
+// kubernetesSysext's for the machine's arch, except that a prebaked image's
+// version is the one its catalog manifest records (the sysext baked into
+// it, which the join script checks the merged kubelet and kubeadm against:
+// config's version would fail every node of an image promoted with another).
+func (b *BootstrapUserData) sysextFor(m autoscaling.Machine) (bootstrap.Sysext, error) {
+	s := b.Sysext(m.Request.NodeLabels[providers.LabelArch])
+	if m.Request.ImageKind != providers.ImagePrebaked {
+		return s, nil
+	}
+	v := m.Manifest.Components[imagecatalog.SysextComponent]
+	if v == "" {
+		return s, fmt.Errorf("node group %q: image %s has no %s in its catalog manifest, so the sysext version its nodes must find is unknown: publish the image with the manifest its build verified (prebake images publish)",
+			m.Request.Group, m.Request.Image, imagecatalog.SysextComponent)
+	}
+	s.Version = v
+	return s, nil
 }
 
 // RevokeJoinTokens implements autoscaling.JoinTokenRevoker.

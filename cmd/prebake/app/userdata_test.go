@@ -18,6 +18,7 @@ import (
 
 	"github.com/prebake-dev/prebake/autoscaling"
 	"github.com/prebake-dev/prebake/bootstrap"
+	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/fake"
 )
@@ -233,4 +234,35 @@ func mustNodes(t *testing.T, c *autoscaling.Core, id string) []autoscaling.Insta
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestPrebakedIgnitionNeedsTheManifestsSysext: a prebaked Flatcar machine whose catalog
+// manifest records no sysext can't be rendered (the version its node must find is unknown);
+// the error names the group, the image and the component, and the token made for it is gone.
+func TestPrebakedIgnitionNeedsTheManifestsSysext(t *testing.T) {
+	t.Parallel()
+	client := kubefake.NewClientset()
+	b := bootstrapSource(client)
+	b.Sysext = func(arch string) bootstrap.Sysext { return bootstrap.Sysext{Version: "v1.35.4", Arch: arch} }
+	m := autoscaling.Machine{
+		Provider: "hcloud", Capabilities: providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit},
+		Request: providers.CreateRequest{Name: "flat-1", Group: "flat", Image: "1234", ImageKind: providers.ImagePrebaked,
+			NodeLabels: map[string]string{providers.LabelArch: "amd64"}},
+		Family: imagecatalog.FamilyFlatcar,
+	}
+	_, err := b.UserData(t.Context(), m)
+	if err == nil || !strings.Contains(err.Error(), `node group "flat": image 1234 has no kubernetes-sysext in its catalog manifest`) {
+		t.Errorf("no sysext in the manifest: %v", err)
+	}
+	if n := joinTokens(t, client); n != 0 {
+		t.Errorf("%d join tokens left, want 0", n)
+	}
+	m.Manifest.Components = map[string]string{imagecatalog.SysextComponent: "v1.34.1"}
+	ud, err := b.UserData(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(ud, []byte(`"version":"3.4.0"`)) {
+		t.Errorf("not an Ignition config (%d bytes)", len(ud))
+	}
 }
