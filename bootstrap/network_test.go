@@ -53,7 +53,8 @@ func stubs(t testing.TB, scripts map[string]string) string {
 }
 
 // TestAddressCheck runs the address check both renderers carry: the advertised address is
-// the public one or the run fails with the reason, before join.
+// the public one or the run fails with the reason, before join, and the node's status file
+// says so (result failed, error "address: ...") on the cloud-init path as on Ignition's.
 func TestAddressCheck(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -85,7 +86,6 @@ func TestAddressCheck(t *testing.T) {
 				in := validInput(tt.provider)
 				in.Network = publicNetwork
 				var st Status
-				var detail string
 				var err error
 				if renderer == "ignition" {
 					ii := validIgnition(Flatcar, "hcloud")
@@ -95,22 +95,25 @@ func TestAddressCheck(t *testing.T) {
 						ii.Input.Provider = "other"
 					}
 					st, err = runJoinScriptWithEnvFile(t, ii, envFile, path, tt.env...)
-					detail = phaseDetail(st, "address")
 				} else {
-					detail, err = runAddressPhase(t, in, envFile, path, tt.env...)
+					st, err = runAddressPhase(t, in, envFile, path, tt.env...)
 				}
+				detail := phaseDetail(st, "address")
 				if tt.wantErr != "" {
 					if err == nil {
 						t.Fatalf("check passed; want it to fail with %q", tt.wantErr)
 					}
-					msg := err.Error()
-					if renderer == "ignition" {
-						msg = st.Error
-						if st.Result != "failed" || !strings.HasPrefix(st.Error, "address: ") {
-							t.Errorf("status %+v does not report the address phase's failure", st)
-						}
-						if _, joined := st.Phase("join"); joined {
-							t.Errorf("the script went on to join")
+					// Both scripts report the failure in the node's status file.
+					msg := st.Error
+					if st.Result != "failed" || !strings.HasPrefix(st.Error, "address: ") {
+						t.Errorf("status %+v does not report the address phase's failure", st)
+					}
+					if p, _ := st.Phase("address"); p.Result != "failed" {
+						t.Errorf("address phase %+v, want failed", p)
+					}
+					for _, after := range []string{"kubelet", "join"} {
+						if _, ran := st.Phase(after); ran {
+							t.Errorf("the script went on to %s", after)
 						}
 					}
 					if !strings.Contains(msg, tt.wantErr) {
@@ -150,34 +153,46 @@ func phaseDetail(st Status, name string) string {
 	return p.Detail
 }
 
-// runAddressPhase runs the cloud-init script's prelude (its values and the address check)
-// with fail reporting through the exit status, and the kubelet env file moved to envFile.
-func runAddressPhase(t *testing.T, in Input, envFile, path string, env ...string) (string, error) {
+// runAddressPhase runs the cloud-init script with its own status machinery (run_phase,
+// fail, write_status from node.sh) but only the address phase: the phases before it need
+// root and apt (the system tests run them). PATH is set after node.sh's own, so the stubs
+// answer; the kubelet env file is moved to envFile and the status file to a temp dir. It
+// returns the status file and the script's exit error.
+func runAddressPhase(t *testing.T, in Input, envFile, path string, env ...string) (Status, error) {
 	t.Helper()
+	in.Options.StatusPath = filepath.Join(t.TempDir(), "status.json")
 	ud, err := Render(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prelude, ok := strings.CutSuffix(string(ud.Script), nodeScript)
+	const main = "prebake_main </dev/null\n"
+	script, ok := strings.CutSuffix(string(ud.Script), main)
 	if !ok {
-		t.Fatal("script does not end with node.sh")
+		t.Fatalf("the script does not end by calling %q", main)
 	}
-	prelude = movedEnvFile(t, prelude, KubeletEnvDebian, envFile)
-	prog := prelude + `
-P_DETAIL=""
-fail() { echo "$*" >&2; exit 1; }
-phase_address
-printf '%s' "$P_DETAIL"
+	script = movedEnvFile(t, script, KubeletEnvDebian, envFile) + "PATH=" + shQuote(path) + `
+run_phase address phase_address
+PHASE=done
+RESULT=ok
+write_status
 `
-	cmd := exec.Command("sh", "-c", prog)
+	cmd := exec.Command("sh", "-c", script)
 	cmd.Env = append([]string{"PATH=" + path}, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", &scriptError{stderr.String()}
+	var runErr error
+	if err := cmd.Run(); err != nil {
+		runErr = &scriptError{stderr.String()}
 	}
-	return string(out), nil
+	data, err := os.ReadFile(in.Options.StatusPath)
+	if err != nil {
+		t.Fatalf("no status file (%v); stderr:\n%s", err, stderr.String())
+	}
+	st, err := ParseStatus(data)
+	if err != nil {
+		t.Fatalf("status file: %v\n%s", err, data)
+	}
+	return st, runErr
 }
 
 type scriptError struct{ msg string }
