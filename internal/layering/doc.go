@@ -5,7 +5,11 @@
 //   - no package outside cmd/ imports cmd/...;
 //   - no non-test package imports testing (test helpers take internal/tb);
 //   - a package under internal/ imports, of this module, only internal/
-//     packages and the leaves bootstrap, imagecatalog and mesh.
+//     packages and the leaves bootstrap, imagecatalog and mesh;
+//   - the leaves (bootstrap, imagecatalog, mesh and the packages below them)
+//     import, outside their tests, only internal/ packages and each other,
+//     nothing above them (providers, autoscaling, config, ...); their tests
+//     may (imagecatalog's drive the providers' fakes).
 //
 // It reads the import graph with `go list` under every build tag the
 // module uses.
