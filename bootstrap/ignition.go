@@ -133,8 +133,8 @@ func (in IgnitionInput) validate() (IgnitionInput, error) {
 	if in.OS != Flatcar && in.OS != FCOS {
 		bad("os %q: want %s or %s (Debian and Ubuntu nodes take the cloud-init renderer, Render)", in.OS, Flatcar, FCOS)
 	}
-	if in.Provider == "static" {
-		bad("provider static: Ignition runs only at an image's first boot, and a static machine is booted already; static machines take the cloud-init script")
+	if in.UserDataForm != FormCloudInit {
+		bad("userDataForm %s: Ignition reads its config only from the user-data of an image's first boot (form %s); a machine that takes the node script over a shell (static) is booted already and takes Render's script, and one that takes none renders nothing", in.UserDataForm, FormCloudInit)
 	}
 	s := in.Sysext
 	if !sysextVersion.MatchString(s.Version) {

@@ -22,6 +22,7 @@ func validIgnition(family IgnitionOS, provider string) IgnitionInput {
 	in := validInput(provider)
 	in.ProviderID = ""
 	in.Components = nil
+	in.UserDataForm = FormCloudInit
 	return IgnitionInput{Input: in, OS: family, Sysext: Sysext{
 		Version: "v1.35.4", Arch: "amd64",
 		URL:    "https://extensions.flatcar.org/extensions/kubernetes-v1.35.4-x86-64.raw",
@@ -200,7 +201,9 @@ func TestRenderIgnitionRejectsInvalidInput(t *testing.T) {
 		{"no token", func(in *IgnitionInput) { in.JoinToken = "" }, "joinToken"},
 		{"no endpoint", func(in *IgnitionInput) { in.Cluster.APIServerEndpoint = "" }, "cluster.apiServerEndpoint"},
 		{"debian", func(in *IgnitionInput) { in.OS = "debian" }, `os "debian"`},
-		{"static", func(in *IgnitionInput) { in.Provider = "static" }, "provider static"},
+		// The provider's declared form decides, not its name.
+		{"script form (static)", func(in *IgnitionInput) { in.UserDataForm = FormScript }, "userDataForm script"},
+		{"no user-data (kwok)", func(in *IgnitionInput) { in.UserDataForm = FormNone }, "userDataForm none"},
 		{"bad network mode", func(in *IgnitionInput) { in.Network = Network{Mode: "wireguard"} }, "network.mode"},
 		{"mode without address", func(in *IgnitionInput) { in.Network = Network{Mode: NetworkCiliumWireGuard} }, "network.nodeAddress"},
 	}

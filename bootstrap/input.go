@@ -48,7 +48,39 @@ type Input struct {
 	// Runtime is what the node needs where it is not a VM of its own (runtime.go); the zero
 	// value is a VM's.
 	Runtime Runtime
-	Options Options
+	// UserDataForm is how the machine takes its user-data, as its provider declares it
+	// (providers.Capabilities.UserData). Render renders the cloud-config and the script
+	// whatever it is; RenderIgnition needs FormCloudInit.
+	UserDataForm UserDataForm
+	Options      Options
+}
+
+// UserDataForm is how a machine takes its user-data. Providers declare it
+// (providers.Capabilities.UserData is this type), so a renderer can tell what a machine
+// reads without knowing its provider by name.
+type UserDataForm int
+
+const (
+	// FormNone: the machines boot nothing (kwok); no user-data is rendered.
+	FormNone UserDataForm = iota
+	// FormCloudInit: the machine's first-boot agent reads it: cloud-init (#cloud-config),
+	// or Ignition where the image's OS takes Ignition.
+	FormCloudInit
+	// FormScript: the node script itself, run over a shell on a machine that is booted
+	// already (static machines have no datasource).
+	FormScript
+)
+
+func (f UserDataForm) String() string {
+	switch f {
+	case FormNone:
+		return "none"
+	case FormCloudInit:
+		return "cloud-init"
+	case FormScript:
+		return "script"
+	}
+	return fmt.Sprintf("UserDataForm(%d)", int(f))
 }
 
 // Cluster is the control plane the node joins.

@@ -157,6 +157,7 @@ func (v *validator) kubernetesSysext(s *KubernetesSysext) {
 func ignitionCheckInput(b *Bootstrap) bootstrap.Input {
 	return bootstrap.Input{
 		Provider: "hcloud", Cluster: b.BootstrapCluster(), JoinToken: "abcdef.0123456789abcdef", NodeName: "check",
+		UserDataForm: bootstrap.FormCloudInit,
 	}
 }
 

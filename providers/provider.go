@@ -67,32 +67,22 @@ type Provider interface {
 	Classify(err error) Classification
 }
 
-// UserData is the form of user-data a provider's machines take.
-type UserData int
+// UserData is the form of user-data a provider's machines take. The type is
+// bootstrap's (as Capabilities.NodeRuntime is), so the renderers key off
+// what a machine reads, not off the provider's name.
+type UserData = bootstrap.UserDataForm
 
 const (
 	// UserDataNone: the machines boot nothing (kwok); no user-data is
 	// rendered and no join token made.
-	UserDataNone UserData = iota
+	UserDataNone = bootstrap.FormNone
 	// UserDataCloudInit: the machine's first-boot agent reads it: cloud-init
 	// (#cloud-config), or Ignition where the image's OS takes Ignition.
-	UserDataCloudInit
+	UserDataCloudInit = bootstrap.FormCloudInit
 	// UserDataScript: the node script itself, run over a shell (static
 	// machines have no datasource).
-	UserDataScript
+	UserDataScript = bootstrap.FormScript
 )
-
-func (u UserData) String() string {
-	switch u {
-	case UserDataNone:
-		return "none"
-	case UserDataCloudInit:
-		return "cloud-init"
-	case UserDataScript:
-		return "script"
-	}
-	return fmt.Sprintf("UserData(%d)", int(u))
-}
 
 // Capabilities are what a provider declares of its machines.
 type Capabilities struct {

@@ -142,7 +142,7 @@ func (b *BootstrapUserData) input(m autoscaling.Machine, token string) bootstrap
 	in := bootstrap.Input{
 		Provider: m.Provider, Cluster: b.Cluster, JoinToken: token, NodeName: req.Name, ProviderID: m.ProviderID,
 		Labels: kubeletLabels(req.NodeLabels), Components: b.Components, Runtime: m.Capabilities.NodeRuntime, Options: b.Options,
-		Network: b.Networks[req.Group],
+		Network: b.Networks[req.Group], UserDataForm: m.Capabilities.UserData,
 	}
 	for _, t := range req.NodeTaints {
 		in.Taints = append(in.Taints, bootstrap.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
