@@ -6,8 +6,9 @@
 // It serves instances (insert, get, list and aggregatedList with label
 // filters, stop, getGuestAttributes, delete), zone and global operations
 // (get, wait), images (insert from a disk, get, getFromFamily, list with
-// filters, setLabels with the label fingerprint check, deprecate, delete)
-// and machine types (get, list, with accelerators). Bodies are the protojson of the computepb messages,
+// filters, setLabels with the label fingerprint check, deprecate, delete),
+// machine types (get, list, with accelerators) and firewall rules (get,
+// insert, update, delete; firewalls.go). Bodies are the protojson of the computepb messages,
 // which carry the REST field names, so the shapes are the real ones.
 //
 // Each instance also has its own metadata server on loopback (MetadataURL),

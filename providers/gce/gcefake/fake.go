@@ -78,9 +78,10 @@ type Fake struct {
 	mu        sync.Mutex
 	opts      Options
 	nextID    uint64
-	instances map[string]*instance // "project/zone/name"
-	disks     map[string]*disk     // "project/zone/name"
-	images    map[string]*image    // "project/name"
+	instances map[string]*instance           // "project/zone/name"
+	disks     map[string]*disk               // "project/zone/name"
+	images    map[string]*image              // "project/name"
+	firewalls map[string]*computepb.Firewall // "project/name"
 	ops       map[string]*operation
 	types     []MachineType
 	zones     map[string]bool
@@ -117,6 +118,7 @@ func New(opts Options) *Fake {
 		instances:  map[string]*instance{},
 		disks:      map[string]*disk{},
 		images:     map[string]*image{},
+		firewalls:  map[string]*computepb.Firewall{},
 		ops:        map[string]*operation{},
 		types:      opts.MachineTypes,
 		zones:      map[string]bool{},
@@ -351,6 +353,20 @@ func (f *Fake) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if err = readProto(r, req); err == nil {
 			res, err = f.deprecateImage(project, p[2], req)
 		}
+	case m == http.MethodGet && match(p, "global", "firewalls", "*"):
+		res, err = f.getFirewall(project, p[2])
+	case m == http.MethodPost && match(p, "global", "firewalls"):
+		fw := &computepb.Firewall{}
+		if err = readProto(r, fw); err == nil {
+			res, err = f.insertFirewall(project, fw, opFault)
+		}
+	case m == http.MethodPut && match(p, "global", "firewalls", "*"):
+		fw := &computepb.Firewall{}
+		if err = readProto(r, fw); err == nil {
+			res, err = f.updateFirewall(project, p[2], fw, opFault)
+		}
+	case m == http.MethodDelete && match(p, "global", "firewalls", "*"):
+		res, err = f.deleteFirewall(project, p[2])
 	default:
 		err = &apiError{http.StatusNotFound, "notFound", fmt.Sprintf("gcefake: no route for %s %s", m, r.URL.Path)}
 	}

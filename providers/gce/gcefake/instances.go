@@ -71,6 +71,8 @@ type Instance struct {
 	// ExternalNAT is true when an interface has a ONE_TO_ONE_NAT access
 	// config (an external address).
 	ExternalNAT bool
+	// Tags are the network tags firewall rules select instances by.
+	Tags        []string
 	SourceImage string // "projects/<p>/global/images/<name>"
 	Created     time.Time
 }
@@ -91,6 +93,7 @@ func (f *Fake) Instances() []Instance {
 			v.Metadata[it.GetKey()] = it.GetValue()
 		}
 		v.UserData = v.Metadata["user-data"]
+		v.Tags = slices.Clone(in.pb.GetTags().GetItems())
 		for _, sa := range in.pb.GetServiceAccounts() {
 			v.ServiceAccounts = append(v.ServiceAccounts, sa.GetEmail())
 		}
@@ -331,6 +334,11 @@ func (f *Fake) insertInstance(project, zone string, body *computepb.Instance, ft
 	if err := checkMetadata("resource.metadata", body.GetMetadata().GetItems()); err != nil {
 		return nil, err
 	}
+	for i, tag := range body.GetTags().GetItems() {
+		if !rfc1035.MatchString(tag) {
+			return nil, badRequest("Invalid value for field 'resource.tags.items[%d]': '%s'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'", i, tag)
+		}
+	}
 
 	now := f.opts.Now()
 	pb := proto.CloneOf(body)
@@ -342,6 +350,9 @@ func (f *Fake) insertInstance(project, zone string, body *computepb.Instance, ft
 	pb.SelfLink = proto.String(f.selfLink(project + "/zones/" + zone + "/instances/" + name))
 	pb.CreationTimestamp = proto.String(timestamp(now))
 	pb.LabelFingerprint = proto.String(fingerprint(pb.GetLabels()))
+	if pb.Tags != nil {
+		pb.Tags.Fingerprint = proto.String(fingerprint(map[string]string{"tags": strings.Join(pb.Tags.GetItems(), ",")}))
+	}
 	pb.CpuPlatform = proto.String("Intel Cascade Lake")
 	if pb.Metadata == nil {
 		pb.Metadata = &computepb.Metadata{}
