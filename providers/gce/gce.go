@@ -81,6 +81,11 @@ type Options struct {
 	// DefaultBurst.
 	Rate  rate.Limit
 	Burst int
+	// WireGuardFirewall makes Run keep the cluster's Cilium WireGuard
+	// firewall rule (EnsureWireGuardFirewall) and gives every instance
+	// Create makes the network tag it selects (WireGuardTag): a group has
+	// the cilium-wireguard network mode.
+	WireGuardFirewall bool
 	// HTTPClient is the base client; default one from the credentials.
 	HTTPClient *http.Client
 	// Logger defaults to slog.Default().
@@ -98,6 +103,7 @@ type Provider struct {
 	globalOps *compute.GlobalOperationsClient
 	types     *compute.MachineTypesClient
 	imagesAPI *compute.ImagesClient
+	firewalls *compute.FirewallsClient
 	images    *Images
 	log       *slog.Logger
 
@@ -191,13 +197,16 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if p.imagesAPI, err = compute.NewImagesRESTClient(ctx, opts...); err != nil {
 		return nil, fmt.Errorf("gce: images client: %w", err)
 	}
+	if p.firewalls, err = compute.NewFirewallsRESTClient(ctx, opts...); err != nil {
+		return nil, fmt.Errorf("gce: firewalls client: %w", err)
+	}
 	p.images = &Images{p: p}
 	return p, nil
 }
 
 // Close releases the clients' connections.
 func (p *Provider) Close() error {
-	return errors.Join(p.instances.Close(), p.zoneOps.Close(), p.globalOps.Close(), p.types.Close(), p.imagesAPI.Close())
+	return errors.Join(p.instances.Close(), p.zoneOps.Close(), p.globalOps.Close(), p.types.Close(), p.imagesAPI.Close(), p.firewalls.Close())
 }
 
 // Name implements providers.Provider.
@@ -216,8 +225,30 @@ func (p *Provider) Capabilities() providers.Capabilities {
 // the zone's region, as GCE's cloud controller labels them.
 func (p *Provider) TopologyLabels(string) map[string]string { return nil }
 
-// Run implements providers.Provider: the provider has no background work.
-func (p *Provider) Run(context.Context) error { return nil }
+// Run implements providers.Provider: with Options.WireGuardFirewall it
+// ensures the cluster's WireGuard firewall rule, retrying with backoff until
+// that succeeds (instances created meanwhile carry the tag already, and the
+// rule selects them once it exists); otherwise there is no background work.
+func (p *Provider) Run(ctx context.Context) error {
+	if !p.o.WireGuardFirewall {
+		return nil
+	}
+	for delay := 5 * time.Second; ; delay = min(2*delay, 5*time.Minute) {
+		res, err := p.EnsureWireGuardFirewall(ctx)
+		if err == nil {
+			p.log.Info("gce: WireGuard firewall rule in place", "firewall", res.Name, "created", res.Created, "updated", res.Updated)
+			return nil
+		}
+		p.log.Warn("gce: WireGuard firewall rule not in place; retrying", "err", err, "retryIn", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
 
 // Project is the project the provider works in.
 func (p *Provider) Project() string { return p.o.Project }

@@ -189,6 +189,9 @@ func (p *Provider) instanceResource(req providers.CreateRequest, mt providers.Ma
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{ni},
 	}
+	if p.o.WireGuardFirewall {
+		in.Tags = &computepb.Tags{Items: []string{p.WireGuardTag()}}
+	}
 	if len(req.UserData) > 0 {
 		in.Metadata = &computepb.Metadata{Items: []*computepb.Items{{Key: proto.String("user-data"), Value: proto.String(string(req.UserData))}}}
 	}
