@@ -11,7 +11,7 @@ import (
 type Network struct {
 	// Mode is "" or NetworkCiliumWireGuard.
 	Mode string
-	// NodeAddress is NodeAddressPublic when Mode is set.
+	// NodeAddress is NodeAddressPublic or NodeAddressInternal when Mode is set.
 	NodeAddress string
 }
 
@@ -28,6 +28,10 @@ const (
 	// checks at join time: on an interface and globally routable, else the run fails before
 	// join and the status file says why.
 	NodeAddressPublic = "public"
+	// NodeAddressInternal: prebake leaves the address to the kubelet, which advertises the
+	// machine's own primary address (on GCE the VPC's internal IPv4). The node script checks
+	// nothing; the peers must route to that address (one VPC network, peering or a VPN).
+	NodeAddressInternal = "internal"
 	// WireGuardPort is the UDP port of Cilium's WireGuard tunnel endpoint on every node.
 	WireGuardPort = 51871
 )
@@ -55,18 +59,18 @@ func (n Network) validate(bad func(format string, args ...any)) {
 			bad("network.nodeAddress %q: set network.mode %s too, or leave nodeAddress out", n.NodeAddress, NetworkCiliumWireGuard)
 		}
 	case NetworkCiliumWireGuard:
-		if n.NodeAddress != NodeAddressPublic {
-			bad("network.nodeAddress %q: mode %s needs nodeAddress %s (the kubelet advertises the machine's public IPv4)", n.NodeAddress, n.Mode, NodeAddressPublic)
+		if n.NodeAddress != NodeAddressPublic && n.NodeAddress != NodeAddressInternal {
+			bad("network.nodeAddress %q: mode %s needs nodeAddress %s (the kubelet advertises the machine's public IPv4) or %s (its own primary address)", n.NodeAddress, n.Mode, NodeAddressPublic, NodeAddressInternal)
 		}
 	default:
 		bad("network.mode %q: want %s, or leave network out", n.Mode, NetworkCiliumWireGuard)
 	}
 }
 
-// nodeAddressCheck is what phase_address checks: the node address it looks for, or "" for
-// none.
+// nodeAddressCheck is what phase_address checks: the node address it looks for (public), or
+// "" for none (no mode, or nodeAddress internal: the kubelet's own choice).
 func (n Network) nodeAddressCheck() string {
-	if n.Mode == "" {
+	if n.Mode == "" || n.NodeAddress != NodeAddressPublic {
 		return ""
 	}
 	return n.NodeAddress

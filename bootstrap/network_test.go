@@ -261,14 +261,34 @@ func TestNetworkModeRendersTheCheck(t *testing.T) {
 			t.Errorf("join script lacks the address check's values for %+v", network)
 		}
 	}
-	// Without a mode the phase is not run at all, so existing status files keep their phases.
-	in := validIgnition(Flatcar, "hcloud")
-	st, err := runJoinScript(t, in, stubs(t, versionStubs("v1.35.4", "v1.35.4")))
-	if err != nil {
-		t.Fatal(err)
+	// Without a mode the phase is not run at all, so existing status files keep their phases;
+	// with nodeAddress internal neither (the kubelet picks its own address), and both
+	// renderers take it.
+	internal := Network{Mode: NetworkCiliumWireGuard, NodeAddress: NodeAddressInternal}
+	for _, network := range []Network{{}, internal} {
+		in := validIgnition(Flatcar, "hcloud")
+		in.Network = network
+		st, err := runJoinScript(t, in, stubs(t, versionStubs("v1.35.4", "v1.35.4")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := st.Phase("address"); ok {
+			t.Errorf("an address phase ran with network %+v", network)
+		}
+		ci := validInput("gce")
+		ci.Network = network
+		ud, err := Render(ci)
+		if err != nil {
+			t.Fatalf("network %+v: %v", network, err)
+		}
+		if !strings.Contains(string(ud.Script), "\nPREBAKE_NODE_ADDRESS=''\n") {
+			t.Errorf("network %+v: the cloud-init script checks an address", network)
+		}
 	}
-	if _, ok := st.Phase("address"); ok {
-		t.Errorf("an address phase ran without a network mode")
+	bad := validInput("gce")
+	bad.Network = Network{Mode: NetworkCiliumWireGuard, NodeAddress: "private"}
+	if _, err := Render(bad); err == nil || !strings.Contains(err.Error(), `network.nodeAddress "private"`) {
+		t.Errorf("nodeAddress private: %v", err)
 	}
 }
 

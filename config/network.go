@@ -16,8 +16,9 @@ type Network struct {
 	// Mode is cilium-wireguard: nodes on different networks reach each other
 	// through Cilium's WireGuard encryption alone, without an overlay.
 	Mode string `yaml:"mode"`
-	// NodeAddress is public: the kubelet advertises the machine's public
-	// IPv4, which the node checks at join time.
+	// NodeAddress is public (the kubelet advertises the machine's public
+	// IPv4, which the node checks at join time) or internal (the kubelet's
+	// own choice, the machine's primary address: peers on one network).
 	NodeAddress string `yaml:"nodeAddress"`
 }
 
@@ -32,7 +33,7 @@ func (g NodeGroup) BootstrapNetwork() bootstrap.Network {
 
 // UsesCiliumWireGuard reports whether any group of the provider has the
 // cilium-wireguard mode: its machines need UDP bootstrap.WireGuardPort open
-// between them.
+// between them (the hcloud and gce providers' WireGuardFirewall).
 func (c *Config) UsesCiliumWireGuard(provider string) bool {
 	for _, g := range c.NodeGroups {
 		if g.Provider == provider && g.Network != nil && g.Network.Mode == bootstrap.NetworkCiliumWireGuard {
@@ -58,11 +59,14 @@ func (v *validator) groupNetwork(p, name string, g NodeGroup) {
 		v.errorf(p+".mode", "%s: network.mode %q is not a mode this build knows; use %s (docs/networking.md)", name, short(n.Mode), bootstrap.NetworkCiliumWireGuard)
 		return
 	}
-	if n.NodeAddress != bootstrap.NodeAddressPublic {
-		v.errorf(p+".nodeAddress", "%s: network.nodeAddress %q: mode %s needs %s (the kubelet advertises the machine's public IPv4)", name, short(n.NodeAddress), n.Mode, bootstrap.NodeAddressPublic)
-	}
-	if g.Provider == "gce" {
-		v.errorf(p, "%s: network mode %s with nodeAddress public does not work on gce: a VM's external IPv4 is a 1:1 NAT on none of its interfaces, so the kubelet can't advertise it and Cilium's peers would get the internal address; GCE nodes need an overlay to reach other networks (docs/networking.md)", name, n.Mode)
+	switch n.NodeAddress {
+	case bootstrap.NodeAddressPublic:
+		if g.Provider == "gce" {
+			v.errorf(p+".nodeAddress", "%s: network mode %s with nodeAddress public does not work on gce: a VM's external IPv4 is a 1:1 NAT on none of its interfaces, so the kubelet can't advertise it and every node would fail its address check; use nodeAddress internal for WireGuard between the VPC network's machines (GCE nodes need an overlay or a VPN to reach other networks; docs/networking.md)", name, n.Mode)
+		}
+	case bootstrap.NodeAddressInternal:
+	default:
+		v.errorf(p+".nodeAddress", "%s: network.nodeAddress %q: mode %s needs %s (the kubelet advertises the machine's public IPv4) or %s (the machine's own primary address, for peers on one network)", name, short(n.NodeAddress), n.Mode, bootstrap.NodeAddressPublic, bootstrap.NodeAddressInternal)
 	}
 }
 

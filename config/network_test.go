@@ -23,6 +23,16 @@ func TestParseNetwork(t *testing.T) {
 	if !c.UsesCiliumWireGuard("kwok") || c.UsesCiliumWireGuard("hcloud") {
 		t.Errorf("UsesCiliumWireGuard: kwok %v, hcloud %v; want true, false", c.UsesCiliumWireGuard("kwok"), c.UsesCiliumWireGuard("hcloud"))
 	}
+	// On gce the mode takes nodeAddress internal: the VPC address, and the provider's
+	// firewall rule between the cluster's instances.
+	gceBase := strings.Replace(gceGroupBase, "project: p}", "project: prebake-test}", 1)
+	g, err := Parse([]byte(gceBase+"    network: {mode: cilium-wireguard, nodeAddress: internal}\n"), "test.yaml")
+	if err != nil {
+		t.Fatalf("gce with nodeAddress internal: %v", err)
+	}
+	if got := g.NodeGroups[0].BootstrapNetwork(); got.NodeAddress != bootstrap.NodeAddressInternal || !g.UsesCiliumWireGuard("gce") {
+		t.Errorf("gce internal: BootstrapNetwork %+v, UsesCiliumWireGuard(gce) %v", got, g.UsesCiliumWireGuard("gce"))
+	}
 	plain, err := Parse([]byte(base), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +64,10 @@ func TestParseNetworkErrors(t *testing.T) {
 			`test.yaml:13: node group "small": network.mode "wireguard" is not a mode this build knows; use cilium-wireguard`},
 		{"no mode", base + "    network: {nodeAddress: public}\n", `node group "small": network.mode is required`},
 		{"private address", base + "    network: {mode: cilium-wireguard, nodeAddress: private}\n",
-			`node group "small": network.nodeAddress "private": mode cilium-wireguard needs public`},
+			`node group "small": network.nodeAddress "private": mode cilium-wireguard needs public (the kubelet advertises the machine's public IPv4) or internal`},
 		{"unknown field", base + "    network: {mode: cilium-wireguard, nodeAddress: public, port: 1}\n", `unknown field "port"`},
-		{"gce", gceGroupBase + "    network: {mode: cilium-wireguard, nodeAddress: public}\n",
-			`node group "small": network mode cilium-wireguard with nodeAddress public does not work on gce: a VM's external IPv4 is a 1:1 NAT`},
+		{"gce public", gceGroupBase + "    network: {mode: cilium-wireguard, nodeAddress: public}\n",
+			`test.yaml:13: node group "small": network mode cilium-wireguard with nodeAddress public does not work on gce: a VM's external IPv4 is a 1:1 NAT on none of its interfaces, so the kubelet can't advertise it and every node would fail its address check; use nodeAddress internal`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
