@@ -7,6 +7,10 @@
 // Invariants: no cloud SDK type crosses the interface; every resource a
 // provider creates carries LabelCluster and LabelGroup; Delete of something
 // already gone is not an error; what a provider's machines can do (boot
-// images, take user-data, need a container's settings) is what it declares
-// in Capabilities, never inferred from its name.
+// images, take user-data, need a container's settings, park warm-pool
+// standbys) is what it declares in Capabilities, never inferred from its
+// name; a provider that parks no standby still implements Park and Resume,
+// which then fail with ErrStandbyUnsupported. A standby's marker is dropped
+// before the machine is handed its join user-data, so no machine is ever
+// both a standby and a node.
 package providers

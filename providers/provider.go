@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prebake-dev/prebake/bootstrap"
@@ -62,9 +63,93 @@ type Provider interface {
 	// nil at once.
 	Run(ctx context.Context) error
 
-	// Classify maps an error returned by Create (or Delete) to CA's error
-	// classes, a short stable code, and whether a retry may help.
+	// Classify maps an error returned by Create (or Delete, Park, Resume)
+	// to CA's error classes, a short stable code, and whether a retry may
+	// help.
 	Classify(err error) Classification
+
+	// Park brings a warm-pool standby (a machine created with
+	// CreateRequest.Standby) to rest in state, one of
+	// Capabilities.Standby: the core calls it once List shows the standby
+	// StandbyPrepared. Parking a parked standby is not an error. A provider
+	// that declares no standby state returns an error wrapping
+	// ErrStandbyUnsupported (see StandbyUnsupported).
+	Park(ctx context.Context, providerID string, state StandbyState) error
+
+	// Resume takes a parked standby into service. It first drops the
+	// machine's standby marker, so from then on every List shows a machine
+	// that joins, even if this process dies before the next step; then it
+	// hands the machine userData (rendered for this resume, with a fresh
+	// join token: never log it) and starts it. Resuming a machine whose
+	// marker is gone (an earlier attempt) finishes that attempt; one that
+	// runs already is returned as is. A provider that declares no standby
+	// state returns an error wrapping ErrStandbyUnsupported.
+	Resume(ctx context.Context, providerID string, userData []byte) (Instance, error)
+}
+
+// StandbyState is how a warm-pool standby rests until the core takes it.
+type StandbyState string
+
+const (
+	// StandbyStopped: powered off (a stopped VM or container); resuming
+	// boots it again, with the user-data Resume gives.
+	StandbyStopped StandbyState = "stopped"
+	// StandbySuspended: its memory kept (a suspended VM); resuming
+	// continues it.
+	StandbySuspended StandbyState = "suspended"
+)
+
+// StandbyStates are every state a provider may declare, in the order
+// docs/warm-pool.md lists them.
+var StandbyStates = []StandbyState{StandbyStopped, StandbySuspended}
+
+// StandbyPhase is where a warm-pool standby stands, as its provider lists
+// it.
+type StandbyPhase int
+
+const (
+	// StandbyNone: not a standby. A machine that joins, a taken standby
+	// included.
+	StandbyNone StandbyPhase = iota
+	// StandbyWarming: booting its prepare-only user-data.
+	StandbyWarming
+	// StandbyPrepared: prepared and still running; the core parks it.
+	StandbyPrepared
+	// StandbyParked: stopped or suspended, ready to be resumed.
+	StandbyParked
+)
+
+func (s StandbyPhase) String() string {
+	switch s {
+	case StandbyNone:
+		return "none"
+	case StandbyWarming:
+		return "warming"
+	case StandbyPrepared:
+		return "prepared"
+	case StandbyParked:
+		return "parked"
+	}
+	return fmt.Sprintf("StandbyPhase(%d)", int(s))
+}
+
+// Standby is what List says of a standby machine: the state it rests in
+// (from its marker) and its phase. The zero value is a machine that is no
+// standby.
+type Standby struct {
+	State StandbyState
+	Phase StandbyPhase
+}
+
+// ErrStandbyUnsupported is returned (wrapped) by Park and Resume of a
+// provider that declares no standby state, and for a state it does not
+// declare.
+var ErrStandbyUnsupported = errors.New("can't park machines")
+
+// StandbyUnsupported is the error Park and Resume of provider return when
+// it declares no standby state.
+func StandbyUnsupported(provider string) error {
+	return fmt.Errorf("provider %s %w: it declares no warm-pool standby state (Capabilities.Standby); remove warmPool from its groups", provider, ErrStandbyUnsupported)
 }
 
 // UserData is the form of user-data a provider's machines take. The type is
@@ -101,6 +186,14 @@ type Capabilities struct {
 	// errors CA's price expander logs and in `prebake serve`'s start-up
 	// check. Every provider declares one.
 	PriceFix string
+	// Standby lists the states the provider can park a warm-pool standby
+	// in (Park, Resume); empty means it keeps no warm pool.
+	Standby []StandbyState
+}
+
+// Parks reports whether the provider can park a standby in state.
+func (c Capabilities) Parks(state StandbyState) bool {
+	return slices.Contains(c.Standby, state)
 }
 
 // ImageKind is the path a group booting from channel is designed for, shown
@@ -192,6 +285,10 @@ type Instance struct {
 	CreatedAt time.Time
 	// Error is set for a machine the cloud reports as failed.
 	Error *InstanceError
+	// Standby is set for a warm-pool standby, from its standby marker (a
+	// label, or what the provider keeps in its place) and its power state:
+	// a restarted plugin rebuilds the pool from List.
+	Standby Standby
 }
 
 // Taint is a node taint, a value copy of core/v1 Taint.
@@ -223,6 +320,11 @@ type CreateRequest struct {
 	NodeTaints []Taint
 	// UserData is rendered cloud-init. Never log it: it holds join secrets.
 	UserData []byte
+	// Standby, when set, makes the machine a warm-pool standby that rests
+	// in this state (one of Capabilities.Standby): it carries the standby
+	// marker, its UserData prepares it up to just before the join, and the
+	// core parks it (Park) and later takes it (Resume).
+	Standby StandbyState
 }
 
 // MachineType is what the core needs of a machine type to build a template.

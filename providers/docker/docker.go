@@ -355,3 +355,13 @@ func (p *Provider) hostInfo(ctx context.Context) (hostInfo, error) {
 // Reserved is Options.Reserved: what each machine's kubelet reserves on top of the host
 // beyond its machine type.
 func (p *Provider) Reserved() providers.Reserved { return p.reserved }
+
+// Park implements providers.Provider.
+func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
+	return providers.StandbyUnsupported("docker")
+}
+
+// Resume implements providers.Provider.
+func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
+	return providers.Instance{}, providers.StandbyUnsupported("docker")
+}

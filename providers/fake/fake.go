@@ -41,10 +41,20 @@ type Provider struct {
 	PriceFix string
 	// Topology, when set, answers TopologyLabels.
 	Topology func(location string) map[string]string
+	// Standby is the Capabilities' list of states it parks standbys in;
+	// nil means it keeps no warm pool (Park and Resume fail).
+	Standby []providers.StandbyState
 
 	// mu guards everything below.
 	mu       sync.Mutex
 	machines map[string]providers.Instance // by providerID
+	// stopped are the machines that are powered off (parked standbys, and
+	// a taken standby between its marker's removal and its start); a
+	// stopped machine without the standby marker lists as failed, as a
+	// halted VM does.
+	stopped map[string]bool
+	// userData is the user-data each machine got last (Create or Resume).
+	userData map[string][]byte
 	nextID   int
 	// createErrs are returned by the next Create calls, in order.
 	createErrs []error
@@ -57,6 +67,12 @@ type Provider struct {
 	listErr     error
 	calls       map[string]int
 	requests    []providers.CreateRequest // every Create's request, in order
+	// resumeErrs are returned by the next Resume calls, in order, before
+	// the marker is touched.
+	resumeErrs []error
+	// resumeGate, when set, holds every Resume after it dropped the marker
+	// and before it starts the machine, until closed or the call's ctx ends.
+	resumeGate chan struct{}
 }
 
 // New returns an empty fake cloud with two machine types, "m1" (2 CPU,
@@ -72,6 +88,8 @@ func New() *Provider {
 			"gpu": {Name: "gpu", MilliCPU: 8000, MemoryBytes: 32 << 30, Pods: 110, Arch: "amd64", GPUs: 1, GPUType: "nvidia-t4", PricePerHour: 0.5},
 		},
 		machines: map[string]providers.Instance{},
+		stopped:  map[string]bool{},
+		userData: map[string][]byte{},
 		capacity: -1,
 		calls:    map[string]int{},
 	}
@@ -146,11 +164,15 @@ func (p *Provider) SetState(providerID string, s providers.InstanceState) bool {
 	return ok
 }
 
-// RunAll marks every machine running.
+// RunAll marks every machine running, except standbys and stopped ones
+// (PrepareStandbys moves standbys on).
 func (p *Provider) RunAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, m := range p.machines {
+		if p.stopped[id] || m.Standby.Phase != providers.StandbyNone {
+			continue
+		}
 		m.State = providers.StateRunning
 		p.machines[id] = m
 	}
@@ -178,7 +200,10 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 		return nil, p.listErr
 	}
 	out := make([]providers.Instance, 0, len(p.machines))
-	for _, m := range p.machines {
+	for id, m := range p.machines {
+		if p.stopped[id] && m.Standby.Phase == providers.StandbyNone {
+			m.Error = &providers.InstanceError{Class: providers.ErrorOther, Code: "stopped", Message: "fake: machine " + id + " is stopped"}
+		}
 		out = append(out, m)
 	}
 	return out, nil
@@ -234,11 +259,18 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		p.nextID++
 		id = fmt.Sprintf("fake://%d", p.nextID)
 	}
+	if req.Standby != "" && !slices.Contains(p.Standby, req.Standby) {
+		return providers.Instance{}, fmt.Errorf("fake: standby state %q: %w", req.Standby, providers.ErrStandbyUnsupported)
+	}
 	m := providers.Instance{
 		ProviderID: id, Name: req.Name, Group: req.Group, State: providers.StateCreating,
 		Image: req.Image, ImageKind: req.ImageKind, CreatedAt: time.Now(),
 	}
+	if req.Standby != "" {
+		m.Standby = providers.Standby{State: req.Standby, Phase: providers.StandbyWarming}
+	}
 	p.machines[id] = m
+	p.userData[id] = slices.Clone(req.UserData)
 	return m, nil
 }
 
@@ -247,6 +279,8 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	defer p.mu.Unlock()
 	p.count("Delete")
 	delete(p.machines, providerID)
+	delete(p.stopped, providerID)
+	delete(p.userData, providerID)
 	return nil
 }
 
@@ -261,7 +295,8 @@ func (p *Provider) MachineType(ctx context.Context, name, location string) (prov
 // Capabilities implements providers.Provider: BootsImages, UserData,
 // NodeRuntime and PriceFix as set.
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: p.BootsImages, UserData: p.UserData, NodeRuntime: p.NodeRuntime, PriceFix: p.PriceFix}
+	return providers.Capabilities{BootsImages: p.BootsImages, UserData: p.UserData, NodeRuntime: p.NodeRuntime, PriceFix: p.PriceFix,
+		Standby: slices.Clone(p.Standby)}
 }
 
 // TopologyLabels implements providers.Provider: Topology as set.
@@ -290,4 +325,148 @@ func (p *Provider) Classify(err error) providers.Classification {
 		return providers.Classification{Class: providers.ErrorOther, Code: "api_5xx", Retryable: true}
 	}
 	return providers.Classification{Class: providers.ErrorOther, Code: "create_failed"}
+}
+
+// Park implements providers.Provider: a standby in a state the fake
+// declares is stopped (parked); parking a parked standby changes nothing.
+func (p *Provider) Park(ctx context.Context, providerID string, state providers.StandbyState) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count("Park")
+	if !slices.Contains(p.Standby, state) {
+		return providers.StandbyUnsupported(p.NameValue)
+	}
+	m, ok := p.machines[providerID]
+	switch {
+	case !ok:
+		return fmt.Errorf("fake: park %s: %w", providerID, providers.ErrNotFound)
+	case m.Standby.Phase == providers.StandbyNone:
+		return fmt.Errorf("fake: park %s: the machine is no standby", providerID)
+	}
+	m.Standby = providers.Standby{State: state, Phase: providers.StandbyParked}
+	p.machines[providerID] = m
+	p.stopped[providerID] = true
+	return nil
+}
+
+// Resume implements providers.Provider as the contract orders it: an
+// injected error first (nothing changed), then the marker dropped, then
+// the resume gate, then the user-data handed over and the machine started
+// (state creating: it boots).
+func (p *Provider) Resume(ctx context.Context, providerID string, userData []byte) (providers.Instance, error) {
+	p.mu.Lock()
+	p.count("Resume")
+	if len(p.Standby) == 0 {
+		p.mu.Unlock()
+		return providers.Instance{}, providers.StandbyUnsupported(p.NameValue)
+	}
+	if len(p.resumeErrs) > 0 {
+		err := p.resumeErrs[0]
+		p.resumeErrs = p.resumeErrs[1:]
+		if err != nil {
+			p.mu.Unlock()
+			return providers.Instance{}, err
+		}
+	}
+	m, ok := p.machines[providerID]
+	if !ok {
+		p.mu.Unlock()
+		return providers.Instance{}, fmt.Errorf("fake: resume %s: %w", providerID, providers.ErrNotFound)
+	}
+	if !p.stopped[providerID] && m.Standby.Phase == providers.StandbyNone {
+		p.mu.Unlock()
+		return m, nil // resumed already
+	}
+	m.Standby = providers.Standby{}
+	p.machines[providerID] = m
+	gate := p.resumeGate
+	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return providers.Instance{}, ctx.Err()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok = p.machines[providerID]
+	if !ok {
+		return providers.Instance{}, fmt.Errorf("fake: resume %s: %w", providerID, providers.ErrNotFound)
+	}
+	p.userData[providerID] = slices.Clone(userData)
+	delete(p.stopped, providerID)
+	m.State = providers.StateCreating
+	p.machines[providerID] = m
+	return m, nil
+}
+
+// InjectResumeErrors makes the next len(errs) Resume calls fail in order,
+// before they touch the machine.
+func (p *Provider) InjectResumeErrors(errs ...error) {
+	p.mu.Lock()
+	p.resumeErrs = append(p.resumeErrs, errs...)
+	p.mu.Unlock()
+}
+
+// GateResumes holds every Resume between the marker's removal and the
+// machine's start until the returned func is called.
+func (p *Provider) GateResumes() (release func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.resumeGate = ch
+	p.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// PrepareStandbys makes every warming standby prepared (running, its
+// prepare-only user-data done), as its node script would, and returns how
+// many it changed.
+func (p *Provider) PrepareStandbys() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for id, m := range p.machines {
+		if m.Standby.Phase == providers.StandbyWarming {
+			m.Standby.Phase = providers.StandbyPrepared
+			m.State = providers.StateRunning
+			p.machines[id] = m
+			n++
+		}
+	}
+	return n
+}
+
+// FailStandby makes a standby list as failed, as one whose prepare-only
+// script failed.
+func (p *Provider) FailStandby(providerID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.machines[providerID]
+	if ok {
+		m.Error = &providers.InstanceError{Class: providers.ErrorOther, Code: "prepare_failed", Message: "fake: the standby's node script failed"}
+		p.machines[providerID] = m
+	}
+	return ok
+}
+
+// Machine is what the fake holds of one machine.
+type Machine struct {
+	providers.Instance
+	// Stopped: powered off.
+	Stopped bool
+	// UserData is what it got last, from Create or Resume.
+	UserData []byte
+}
+
+// Machine returns the machine with this providerID.
+func (p *Provider) Machine(providerID string) (Machine, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.machines[providerID]
+	if !ok {
+		return Machine{}, false
+	}
+	return Machine{Instance: m, Stopped: p.stopped[providerID], UserData: slices.Clone(p.userData[providerID])}, true
 }

@@ -30,3 +30,18 @@ func TestConformance(t *testing.T) {
 		Location:    "z1",
 	})
 }
+
+// TestConformanceWithWarmPool runs the suite over a fake that parks
+// standbys, so the suite's standby case checks Park and Resume.
+func TestConformanceWithWarmPool(t *testing.T) {
+	providertest.Run(t, providertest.Setup[*testing.T]{
+		New: func(*testing.T) providers.Provider {
+			p := New()
+			p.Standby = []providers.StandbyState{providers.StandbyStopped}
+			return p
+		},
+		Cluster:     "c",
+		MachineType: "m1",
+		Location:    "z1",
+	})
+}

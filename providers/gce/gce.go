@@ -326,3 +326,14 @@ func pollPause() func(ctx context.Context) error {
 		}
 	}
 }
+
+// Park implements providers.Provider: this provider keeps no warm pool;
+// instances.stop/suspend are not wired yet (docs/warm-pool.md, "Not done yet").
+func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
+	return providers.StandbyUnsupported("gce")
+}
+
+// Resume implements providers.Provider: this provider keeps no warm pool.
+func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
+	return providers.Instance{}, providers.StandbyUnsupported("gce")
+}

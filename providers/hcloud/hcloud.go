@@ -350,3 +350,14 @@ func (p *Provider) serverTypes(ctx context.Context) (map[string]*hcloud.ServerTy
 	p.types, p.typesAt = m, p.now()
 	return m, nil
 }
+
+// Park implements providers.Provider: this provider keeps no warm pool;
+// power off/on is not wired yet (docs/warm-pool.md, "Not done yet").
+func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
+	return providers.StandbyUnsupported("hcloud")
+}
+
+// Resume implements providers.Provider: this provider keeps no warm pool.
+func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
+	return providers.Instance{}, providers.StandbyUnsupported("hcloud")
+}

@@ -247,3 +247,14 @@ func DefaultMachineTypes() []providers.MachineType {
 		mt("kwok-gpu", 8, 32, 1, "nvidia-t4", 0.40),
 	}
 }
+
+// Park implements providers.Provider: this provider keeps no warm pool;
+// kwok's machines are Node objects: there is nothing to stop.
+func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
+	return providers.StandbyUnsupported("kwok")
+}
+
+// Resume implements providers.Provider: this provider keeps no warm pool.
+func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
+	return providers.Instance{}, providers.StandbyUnsupported("kwok")
+}

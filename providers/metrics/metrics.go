@@ -35,7 +35,7 @@ func NewAPIMetrics(reg prometheus.Registerer) *APIMetrics {
 }
 
 // Wrap returns p with every call to the cloud measured: List, Create,
-// Delete and MachineType. It implements exactly providers.Provider (the rest
+// Delete, MachineType, Park and Resume. It implements exactly providers.Provider (the rest
 // is p's, unmeasured), so nothing can tell the wrapped provider has an
 // optional method it lacks.
 func Wrap(p providers.Provider, m *APIMetrics) providers.Provider {
@@ -85,5 +85,19 @@ func (w *measured) MachineType(ctx context.Context, name, location string) (prov
 	start := time.Now()
 	out, err := w.Provider.MachineType(ctx, name, location)
 	w.observe("MachineType", start, err)
+	return out, err
+}
+
+func (w *measured) Park(ctx context.Context, providerID string, state providers.StandbyState) error {
+	start := time.Now()
+	err := w.Provider.Park(ctx, providerID, state)
+	w.observe("Park", start, err)
+	return err
+}
+
+func (w *measured) Resume(ctx context.Context, providerID string, userData []byte) (providers.Instance, error) {
+	start := time.Now()
+	out, err := w.Provider.Resume(ctx, providerID, userData)
+	w.observe("Resume", start, err)
 	return out, err
 }

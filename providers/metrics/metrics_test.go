@@ -33,12 +33,35 @@ func TestWrapCountsCallsByOutcome(t *testing.T) {
 	if _, err := p.MachineType(ctx, "nope", "z"); !errors.Is(err, providers.ErrNotFound) {
 		t.Fatalf("MachineType(nope) = %v, want not found", err)
 	}
+	// The fake keeps no warm pool unless told: both calls fail, and are
+	// measured all the same.
+	if err := p.Park(ctx, "fake://a", providers.StandbyStopped); !errors.Is(err, providers.ErrStandbyUnsupported) {
+		t.Fatalf("Park = %v, want unsupported", err)
+	}
+	if _, err := p.Resume(ctx, "fake://a", nil); !errors.Is(err, providers.ErrStandbyUnsupported) {
+		t.Fatalf("Resume = %v, want unsupported", err)
+	}
+	f.Standby = []providers.StandbyState{providers.StandbyStopped}
+	f.SetCapacity(-1)
+	if _, err := p.Create(ctx, providers.CreateRequest{Name: "s", MachineType: "m1", Standby: providers.StandbyStopped}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Park(ctx, "fake://s", providers.StandbyStopped); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Resume(ctx, "fake://s", []byte("ud")); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		method, outcome string
 		want            float64
 	}{
-		{"Create", "ok", 1},
+		{"Create", "ok", 2},
 		{"Create", "resource_unavailable", 1},
+		{"Park", "ok", 1},
+		{"Park", "create_failed", 1},
+		{"Resume", "ok", 1},
+		{"Resume", "create_failed", 1},
 		{"List", "ok", 1},
 		{"MachineType", "ok", 1},
 		{"MachineType", "create_failed", 1}, // the fake classifies every other error so
@@ -66,6 +89,7 @@ func TestWrapIsExactlyTheContract(t *testing.T) {
 	m := NewAPIMetrics(prometheus.NewRegistry())
 	f := fake.New()
 	f.BootsImages, f.UserData, f.PriceFix = true, providers.UserDataScript, "a fix only this test declares"
+	f.Standby = []providers.StandbyState{providers.StandbyStopped}
 	f.Topology = func(location string) map[string]string { return map[string]string{providers.LabelRegion: location} }
 	w := Wrap(f, m)
 	if d := cmp.Diff(f.Capabilities(), w.Capabilities()); d != "" {

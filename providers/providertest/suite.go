@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,6 +168,10 @@ func Run[T tb.T[T]](t T, s Setup[T]) {
 			runCreateError(t, s, c)
 		})
 	}
+	t.Run("StandbyParkAndResume", func(t T) {
+		t.Parallel()
+		runStandby(t, s)
+	})
 	t.Run("ClassifyGivesAClass", func(t T) {
 		t.Parallel()
 		p := s.New(t)
@@ -325,5 +330,84 @@ func runCreateError[T tb.T[T]](t T, s Setup[T], c CreateErrorCase[T]) {
 	got := p.Classify(err)
 	if got.Class != c.Class || got.Retryable != c.Retryable || got.Code == "" {
 		t.Fatalf("Classify(%v) = %+v, want class %d, retryable %v and a code", err, got, c.Class, c.Retryable)
+	}
+}
+
+// runStandby checks Park and Resume: unsupported where the provider
+// declares no standby state; otherwise a standby is listed as one, parks,
+// and once resumed is listed as a machine that joins, with the marker gone
+// before the machine runs again.
+func runStandby[T tb.T[T]](t T, s Setup[T]) {
+	p := s.New(t)
+	ctx := context.Background()
+	caps := p.Capabilities()
+	if len(caps.Standby) == 0 {
+		if err := p.Park(ctx, "x://none", providers.StandbyStopped); !errors.Is(err, providers.ErrStandbyUnsupported) {
+			t.Errorf("Park of a provider without standby states = %v, want ErrStandbyUnsupported", err)
+		}
+		if _, err := p.Resume(ctx, "x://none", nil); !errors.Is(err, providers.ErrStandbyUnsupported) {
+			t.Errorf("Resume of a provider without standby states = %v, want ErrStandbyUnsupported", err)
+		}
+		return
+	}
+	for _, st := range caps.Standby {
+		if !slices.Contains(providers.StandbyStates, st) {
+			t.Fatalf("Capabilities.Standby declares %q, which is no providers.StandbyState", st)
+		}
+	}
+	state := caps.Standby[0]
+	req := s.request("conf-s1")
+	req.Standby = state
+	in, err := p.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Standby.State != state || in.Standby.Phase == providers.StandbyNone {
+		t.Errorf("Create of a standby returned standby %+v, want state %q in a standby phase", in.Standby, state)
+	}
+	waitListed(t, p, in.ProviderID, "a warming or prepared standby", func(l providers.Instance) bool {
+		return l.Standby.State == state && (l.Standby.Phase == providers.StandbyWarming || l.Standby.Phase == providers.StandbyPrepared)
+	})
+	if err := p.Park(ctx, in.ProviderID, state); err != nil {
+		t.Fatalf("Park: %v", err)
+	}
+	if err := p.Park(ctx, in.ProviderID, state); err != nil {
+		t.Fatalf("Park of a parked standby: %v", err)
+	}
+	waitListed(t, p, in.ProviderID, "a parked standby", func(l providers.Instance) bool {
+		return l.Standby == providers.Standby{State: state, Phase: providers.StandbyParked} && l.Error == nil
+	})
+	got, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n"))
+	if err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if got.ProviderID != in.ProviderID || got.Standby.Phase != providers.StandbyNone {
+		t.Errorf("Resume returned %q standby %+v, want %q and no standby", got.ProviderID, got.Standby, in.ProviderID)
+	}
+	if _, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n")); err != nil {
+		t.Errorf("Resume of a resumed machine: %v", err)
+	}
+	waitListed(t, p, in.ProviderID, "a machine that joins, up again", func(l providers.Instance) bool {
+		return l.Standby.Phase == providers.StandbyNone && l.Error == nil &&
+			(l.State == providers.StateCreating || l.State == providers.StateRunning)
+	})
+	if err := p.Delete(ctx, in.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitListed waits up to 30s until List shows id as ok says.
+func waitListed(t tb.TB, p providers.Provider, id, what string, ok func(providers.Instance) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, found := listed(t, p)[id]
+		if found && ok(l) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("List never showed %s as %s; last: %+v (found %v)", id, what, l, found)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -296,3 +296,14 @@ func (k *keyedMutex) lock(key string) (unlock func()) {
 		k.mu.Unlock()
 	}
 }
+
+// Park implements providers.Provider: this provider keeps no warm pool;
+// a pool machine is someone else's to power: it is claimed, never stopped.
+func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
+	return providers.StandbyUnsupported("static")
+}
+
+// Resume implements providers.Provider: this provider keeps no warm pool.
+func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
+	return providers.Instance{}, providers.StandbyUnsupported("static")
+}
