@@ -136,6 +136,9 @@ func (in IgnitionInput) validate() (IgnitionInput, error) {
 	if in.UserDataForm != FormCloudInit {
 		bad("userDataForm %s: Ignition reads its config only from the user-data of an image's first boot (form %s); a machine that takes the node script over a shell (static) is booted already and takes Render's script, and one that takes none renders nothing", in.UserDataForm, FormCloudInit)
 	}
+	if in.Options.Standby {
+		bad("options.standby: Ignition runs only at an image's first boot, so a resumed warm-pool standby would never get its join; keep warmPool off groups of Ignition images (Flatcar, Fedora CoreOS)")
+	}
 	s := in.Sysext
 	if !sysextVersion.MatchString(s.Version) {
 		bad("sysext.version %q: want an exact Kubernetes release such as v1.35.4 (the image manifest's %s)", s.Version, SysextComponent)

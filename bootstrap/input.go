@@ -137,6 +137,11 @@ type Options struct {
 	RecordHostCommands bool
 	// SkipJoin skips kubeadm join (tests: there is no cluster to join in a chroot).
 	SkipJoin bool
+	// Standby renders a warm-pool standby's user-data: the script installs and configures,
+	// then writes the status result StatusPrepared and ends, just before the join. It holds
+	// no join token (JoinToken must be empty): the user-data the machine gets when it is
+	// taken has one, and runs the whole script, which then installs nothing and joins.
+	Standby bool
 	// StatusPath is where the script writes its phase report; "" means DefaultStatusPath.
 	StatusPath string
 }
@@ -201,7 +206,11 @@ func (in Input) validate() (Input, error) {
 			bad("cluster.caCertHashes[%d] %q: want sha256:<64 lower-case hex digits>", i, h)
 		}
 	}
-	if !tokenFormat.MatchString(in.JoinToken) {
+	if in.Options.Standby {
+		if in.JoinToken != "" {
+			bad("joinToken: a standby's user-data (options.standby) holds no join token; it gets one when it is taken")
+		}
+	} else if !tokenFormat.MatchString(in.JoinToken) {
 		// The value is a secret: say what is wrong with it, never what it is.
 		bad("joinToken: want a kubeadm bootstrap token [a-z0-9]{6}.[a-z0-9]{16} (use bootstrap.NewToken)")
 	}

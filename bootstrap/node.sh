@@ -491,6 +491,15 @@ prebake_main() {
 	run_phase install phase_install
 	run_phase configure phase_configure
 	if [ -n "$MANIFEST_IMAGES" ]; then run_phase images phase_images; fi
+	if [ "$PREBAKE_STANDBY" = 1 ]; then
+		# A warm-pool standby stops here, just before the join: its provider parks it once
+		# the status says prepared. When it is taken it gets user-data with a join token and
+		# this script runs again: install and configure find nothing to do, then it joins.
+		PHASE=done
+		RESULT=prepared
+		write_status
+		return 0
+	fi
 	if [ -n "$PREBAKE_NODE_ADDRESS" ]; then run_phase address phase_address; fi
 	run_phase kubelet phase_kubelet
 	run_phase join phase_join

@@ -66,12 +66,16 @@ func renderScript(in Input) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	kubelet, err := kubeletFiles(in)
-	if err != nil {
-		return nil, err
-	}
+	var kubelet []file
 	header := fmt.Sprintf("prebake node bootstrap for %s node %s. It holds a join token: do not log or share it.",
 		in.Provider, in.NodeName)
+	if in.Options.Standby {
+		// Nothing of the join: the user-data it gets when it is taken has it.
+		header = fmt.Sprintf("prebake warm-pool standby for %s node %s: prepare up to the join, then stop. It holds no secret.",
+			in.Provider, in.NodeName)
+	} else if kubelet, err = kubeletFiles(in); err != nil {
+		return nil, err
+	}
 	var b strings.Builder
 	writePrelude(&b, header, in, configure, kubelet)
 	writeNetcheck(&b, in, KubeletEnvDebian)
@@ -93,6 +97,7 @@ func writePrelude(b *strings.Builder, header string, in Input, configure, kubele
 		{"PREBAKE_LOCK_WAIT", fmt.Sprint(int64(in.Options.DpkgLockWait.Seconds() + 0.999))},
 		{"PREBAKE_RECORD", boolFlag(in.Options.RecordHostCommands)},
 		{"PREBAKE_SKIP_JOIN", boolFlag(in.Options.SkipJoin)},
+		{"PREBAKE_STANDBY", boolFlag(in.Options.Standby)},
 		{"PREBAKE_FIXED_PROVIDER_ID", boolFlag(in.ProviderID != "")},
 		{"PREBAKE_KUBELET_PATCH", KubeletPatchPath},
 		{"PREBAKE_MODULES", strings.Join(in.Modules, " ")},

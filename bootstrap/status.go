@@ -16,7 +16,8 @@ type Status struct {
 	Version  int    `json:"version"`
 	Provider string `json:"provider"`
 	Node     string `json:"node"`
-	// Result is running, ok or failed.
+	// Result is running, ok, failed, or StatusPrepared for a warm-pool standby (Options.Standby)
+	// that is ready to be parked.
 	Result string `json:"result"`
 	// Prebaked is true when the image carried a manifest.
 	Prebaked       bool     `json:"prebaked"`
@@ -30,6 +31,10 @@ type Status struct {
 	// k8s.io namespace lacked at boot (the images phase): the kubelet pulls them as usual.
 	MissingImages []string `json:"missingImages,omitempty"`
 }
+
+// StatusPrepared is the Result of a warm-pool standby's script (Options.Standby) that
+// installed and configured everything a node needs and stopped just before the join.
+const StatusPrepared = "prepared"
 
 // Phase is one timed step: manifest, plan, install, configure, images, kubelet or join.
 type Phase struct {
