@@ -43,6 +43,9 @@ type GroupSpec struct {
 	ImageContainerImages []string
 	// UserData is passed to Create verbatim. Never logged.
 	UserData []byte
+	// WarmPool is the group's pool of standby machines; the zero value
+	// keeps none.
+	WarmPool WarmPool
 }
 
 // WorkerOptions bound each provider's creation and deletion workers.
@@ -135,6 +138,11 @@ type Core struct {
 	// catalog is the image catalog as last loaded; see images.go.
 	catalog catalogHolder
 
+	// poolMu serialises TendPools; poolKick asks the pool loop for an
+	// early round (warmpool.go).
+	poolMu   sync.Mutex
+	poolKick chan struct{}
+
 	wg sync.WaitGroup // owned goroutines: workers, runners, syncer, event senders
 	// leases counts the Reservations not yet released; Shutdown waits for
 	// them before it drains the workers, so a reserved machine is deleted
@@ -206,6 +214,20 @@ type instance struct {
 	gone bool
 	// deleteFailed: a delete ran out of retries; Sync enqueues it again.
 	deleteFailed bool
+	// inCloud: the cloud has the machine (a Create or Resume returned, or a
+	// List showed it), so dropping the record needs a cloud delete.
+	inCloud bool
+
+	// standby is where a warm-pool standby stands (warmpool.go);
+	// StandbyNone for every machine CA sees. A standby is in no target and
+	// no CA view, but counts toward maxSize.
+	standby providers.StandbyPhase
+	// parking: a Park task is queued or running.
+	parking bool
+	// resume: a standby IncreaseSize took; its create task resumes it
+	// (Provider.Resume) instead of creating a machine. fromPool stays set
+	// for the timeline.
+	resume, fromPool bool
 
 	requestedAt, acceptedAt, runningAt, registeredAt, readyAt time.Time
 	// podRunningAt is when the first pod on its Node was seen Running.
@@ -249,6 +271,7 @@ func New(ctx context.Context, o Options) (*Core, error) {
 		forgotten: map[string]tombstone{},
 		lastSync:  map[string]time.Time{},
 		kick:      make(chan struct{}, 1),
+		poolKick:  make(chan struct{}, 1),
 		synced:    map[string]bool{},
 		listErr:   map[string]error{},
 	}
@@ -292,6 +315,9 @@ func (c *Core) newGroup(ctx context.Context, spec GroupSpec, p providers.Provide
 	g.template, err = buildTemplate(c.opts.Cluster, g, c.opts.Reserved, c.opts.GPULabel)
 	if err != nil {
 		return nil, fmt.Errorf("node group %q: template: %w", spec.ID, err)
+	}
+	if err := c.checkWarmPool(g); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -337,6 +363,8 @@ func (c *Core) Start(ctx context.Context) error {
 	}
 	c.Sync(ctx, true)
 	c.wg.Go(func() { c.syncLoop(ctx) })
+	c.wg.Go(func() { c.poolLoop(ctx) })
+	c.kickPools()
 	return nil
 }
 
@@ -424,11 +452,12 @@ func (c *Core) group(id string) (*group, error) {
 	return g, nil
 }
 
-// targetLocked is the number of the group's instances not being deleted.
+// targetLocked is the number of the group's instances not being deleted,
+// standbys left out.
 func (g *group) targetLocked() int {
 	n := 0
 	for _, inst := range g.instances {
-		if inst.phase != phaseDeleting {
+		if inst.phase != phaseDeleting && !inst.isStandby() {
 			n++
 		}
 	}
@@ -454,7 +483,7 @@ type InstanceView struct {
 }
 
 // Nodes returns every instance of the group, creating and deleting ones
-// included, sorted by providerID.
+// included, standbys left out, sorted by providerID.
 func (c *Core) Nodes(id string) ([]InstanceView, error) {
 	g, err := c.group(id)
 	if err != nil {
@@ -463,6 +492,9 @@ func (c *Core) Nodes(id string) ([]InstanceView, error) {
 	c.mu.RLock()
 	out := make([]InstanceView, 0, len(g.instances))
 	for _, inst := range g.instances {
+		if inst.isStandby() {
+			continue
+		}
 		v := InstanceView{ProviderID: inst.providerID, State: inst.viewState()}
 		if inst.err != nil {
 			e := *inst.err

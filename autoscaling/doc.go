@@ -21,6 +21,14 @@
 //     counts in its group's target while it exists, and is deleted by the
 //     worker delete path; Shutdown waits until every reservation is
 //     released.
+//   - A group's warm pool (warmpool.go) holds standbys: machines prepared up
+//     to the join and parked. They are in no target and no CA view, but
+//     target + pool never exceeds maxSize. IncreaseSize takes parked
+//     standbys on the channel's current image first (the workers resume
+//     them, with fresh user-data; a failed resume falls back to a create in
+//     the same scale-up) and creates the rest. The pool loop refills,
+//     parks and replaces standbys in the background, never on CA's request
+//     path; after a restart the pool is rebuilt from List.
 //   - The core knows Kubernetes only through NodeClient, EventSink and
 //     UserDataSource; their adapters (the Node watch, Events, bootstrap's
 //     user-data) live in the composition root, cmd/prebake/app.

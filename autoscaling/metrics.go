@@ -39,6 +39,8 @@ type Metrics struct {
 	// bootstrapSeconds are the node script's own phase durations, as the
 	// node reported them on its Node.
 	bootstrapSeconds *prometheus.HistogramVec
+	// The warm pool's (warmpool.go).
+	poolTaken, poolFallbacks, poolDiscarded, poolParkErrors *prometheus.CounterVec
 }
 
 // NewMetrics registers the core's metrics with reg (a private registry when
@@ -104,9 +106,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "prebake_join_tokens_revoked_total",
 			Help: "Join tokens revoked as soon as their machine's Node registered (the rest expire within their hour).",
 		}),
+		poolTaken: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_warm_pool_taken_total",
+			Help: "Parked standbys IncreaseSize took from a group's warm pool to resume them (each instead of a create).",
+		}, []string{"group"}),
+		poolFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_warm_pool_resume_fallbacks_total",
+			Help: "Resumes of taken standbys that failed for good and fell back to a create within the same scale-up, by error code.",
+		}, []string{"group", "code"}),
+		poolDiscarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_warm_pool_discarded_total",
+			Help: "Standbys deleted instead of resumed, by reason: stale_image (replaced: its image is no longer the channel's head), failed, create_failed, surplus.",
+		}, []string{"group", "reason"}),
+		poolParkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prebake_warm_pool_park_errors_total",
+			Help: "Parks of prepared standbys that failed (retried on the next round), by error code.",
+		}, []string{"group", "code"}),
 	}
 	reg.MustRegister(m.phaseSeconds, m.bootstrapSeconds, m.increaseSize, m.createErrors, m.deleteErrors, m.queueDepth,
-		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.missingContainerImages, m.catalogErrors, m.joinTokensRevoked)
+		m.refreshSeconds, m.refreshErrors, m.orphans, m.imageFallbacks, m.missingContainerImages, m.catalogErrors, m.joinTokensRevoked,
+		m.poolTaken, m.poolFallbacks, m.poolDiscarded, m.poolParkErrors)
 	return m
 }
 
@@ -124,10 +143,12 @@ func (m *Metrics) watch(c *Core) {
 }
 
 var (
-	targetDesc = prometheus.NewDesc("prebake_group_target_size", "Target size of each node group.", []string{"group"}, nil)
-	minDesc    = prometheus.NewDesc("prebake_group_min_size", "Configured minSize of each node group.", []string{"group"}, nil)
-	maxDesc    = prometheus.NewDesc("prebake_group_max_size", "Configured maxSize of each node group.", []string{"group"}, nil)
-	stateDesc  = prometheus.NewDesc("prebake_group_instances", "Instances of each node group by state as CA sees it.", []string{"group", "state", "error"}, nil)
+	targetDesc   = prometheus.NewDesc("prebake_group_target_size", "Target size of each node group.", []string{"group"}, nil)
+	minDesc      = prometheus.NewDesc("prebake_group_min_size", "Configured minSize of each node group.", []string{"group"}, nil)
+	maxDesc      = prometheus.NewDesc("prebake_group_max_size", "Configured maxSize of each node group.", []string{"group"}, nil)
+	stateDesc    = prometheus.NewDesc("prebake_group_instances", "Instances of each node group by state as CA sees it (standbys left out).", []string{"group", "state", "error"}, nil)
+	poolDesc     = prometheus.NewDesc("prebake_warm_pool_standbys", "Standbys in each group's warm pool by phase: warming (being created or prepared), prepared (to be parked), parked (ready to resume).", []string{"group", "phase"}, nil)
+	poolSizeDesc = prometheus.NewDesc("prebake_warm_pool_size", "Configured warmPool.size of each node group.", []string{"group"}, nil)
 )
 
 type groupCollector struct{ core *Core }
@@ -137,6 +158,8 @@ func (g *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- minDesc
 	ch <- maxDesc
 	ch <- stateDesc
+	ch <- poolDesc
+	ch <- poolSizeDesc
 }
 
 func (g *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -153,9 +176,20 @@ func (g *groupCollector) Collect(ch chan<- prometheus.Metric) {
 			err   bool
 		}
 		counts := map[key]int{}
+		pool := map[int]int{}
 		for _, inst := range gr.instances {
+			if inst.isStandby() {
+				if inst.phase != phaseDeleting {
+					pool[standbyRank(inst)]++
+				}
+				continue
+			}
 			counts[key{inst.viewState().String(), inst.err != nil}]++
 		}
+		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(gr.spec.WarmPool.Size), id)
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(pool[0]+pool[1]), id, "warming")
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(pool[2]), id, "prepared")
+		ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(pool[3]), id, "parked")
 		for _, s := range []string{"creating", "running", "deleting"} {
 			for _, e := range []bool{false, true} {
 				if s != "creating" && e {

@@ -26,6 +26,12 @@ func (c *Core) ObserveNode(name, providerID string, ready bool, at time.Time) {
 		return
 	}
 	g := inst.group
+	if inst.isStandby() {
+		// A standby never has a Node; one that does joined (its marker
+		// outlived its take): it is a node of its group from now on.
+		c.log.Error("warm pool: a standby's machine registered a Node; it is a node of its group now", "group", g.spec.ID, "providerID", providerID, "node", name)
+		inst.standby, inst.parking, inst.adopted = providers.StandbyNone, false, true
+	}
 	if inst.registeredAt.IsZero() {
 		inst.registeredAt = at
 		if inst.state != providers.StateRunning && inst.phase == phaseAccepted {
@@ -100,6 +106,10 @@ type InstanceTimeline struct {
 	// Adopted instances were found by List, not requested by this process
 	// (it restarted since): their timeline is unknown, every time is zero.
 	Adopted bool
+	// FromWarmPool: the machine was a warm-pool standby IncreaseSize took
+	// and resumed; Requested is when it was taken, Accepted when Resume
+	// returned.
+	FromWarmPool bool
 	// Requested is when IncreaseSize recorded the instance; Accepted when
 	// the provider's Create returned; Running when a List first said
 	// running (or its Node registered); Registered and Ready when the Node
@@ -118,7 +128,7 @@ func (c *Core) Timeline(providerID string) (InstanceTimeline, bool) {
 	if inst == nil {
 		return InstanceTimeline{}, false
 	}
-	t := InstanceTimeline{Group: inst.group.spec.ID, ImageKind: inst.imageKind, Image: inst.image, Adopted: inst.adopted}
+	t := InstanceTimeline{Group: inst.group.spec.ID, ImageKind: inst.imageKind, Image: inst.image, Adopted: inst.adopted, FromWarmPool: inst.fromPool}
 	if inst.adopted {
 		return t, true
 	}

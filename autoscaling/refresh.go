@@ -65,6 +65,9 @@ func (c *Core) Sync(ctx context.Context, force bool) {
 		wg.Go(func() { c.syncProvider(ctx, p) })
 	}
 	wg.Wait()
+	if len(due) > 0 {
+		c.kickPools() // standbys may have moved on (prepared, failed)
+	}
 }
 
 // syncLoop keeps the snapshot fresh: every TTL, and at once when Refresh
@@ -163,8 +166,19 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 			inst = c.adoptLocked(g, li)
 		}
 		seen[inst] = true
+		inst.inCloud = true
 		if inst.placeholder && li.ProviderID != "" {
 			c.index.setProviderID(inst, li.ProviderID)
+		}
+		if !inst.adopted && inst.acceptedAt.After(listStart) {
+			// The List started before the cloud accepted this machine (a
+			// Create or a Resume returned since): it says nothing newer
+			// than what the core holds. (A resumed standby may still show
+			// its marker, or show halted between marker and start.)
+			continue
+		}
+		if inst.isStandby() && inst.phase == phaseAccepted {
+			c.reconcileStandbyLocked(inst, li)
 		}
 		switch {
 		case inst.phase == phaseDeleting:
@@ -187,7 +201,7 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 				inst.phase = phaseFailed
 			}
 		}
-		if inst.state == providers.StateRunning && inst.runningAt.IsZero() {
+		if inst.state == providers.StateRunning && inst.runningAt.IsZero() && !inst.isStandby() {
 			inst.runningAt = now
 			if !inst.adopted {
 				c.metrics.observePhase(g.spec.ID, inst.imageKind, phaseRunning, now.Sub(inst.requestedAt))
@@ -238,10 +252,34 @@ func (c *Core) adoptLocked(g *group, li providers.Instance) *instance {
 	if li.State == providers.StateDeleting {
 		inst.phase = phaseDeleting
 	}
+	inst.inCloud = true
+	if li.Standby.Phase != providers.StandbyNone {
+		if node := c.nodeNames[li.ProviderID]; node != "" {
+			// Its Node exists: it joined, whatever its marker says.
+			c.log.Error("warm pool: a machine listed as a standby has a Node; adopting it as a node", "group", g.spec.ID, "providerID", li.ProviderID, "node", node)
+		} else {
+			inst.standby = li.Standby.Phase
+		}
+	}
 	g.instances[name] = inst
 	c.index.add(inst)
-	c.log.Info("adopted instance from the cloud", "group", g.spec.ID, "providerID", li.ProviderID, "state", li.State)
+	c.log.Info("adopted instance from the cloud", "group", g.spec.ID, "providerID", li.ProviderID, "state", li.State, "standby", inst.standby)
 	return inst
+}
+
+// reconcileStandbyLocked applies what a List says of a standby the core
+// holds as one. Phases only move forward (a List that started before a
+// Park returned still says prepared); a machine listed without its marker
+// was taken (by a process that died before it could say so) and is a node
+// of its group from now on.
+func (c *Core) reconcileStandbyLocked(inst *instance, li providers.Instance) {
+	if li.Standby.Phase == providers.StandbyNone {
+		c.log.Warn("warm pool: a standby lost its marker (taken by an earlier process); it is a node of its group now",
+			"group", inst.group.spec.ID, "providerID", inst.providerID)
+		inst.standby, inst.parking = providers.StandbyNone, false
+		return
+	}
+	inst.standby = max(inst.standby, li.Standby.Phase)
 }
 
 // Ready reports whether every provider has been listed at least once.

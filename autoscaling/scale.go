@@ -15,7 +15,10 @@ const placeholderScheme = "prebake-pending://"
 
 // IncreaseSize raises the group's target by delta and returns: the
 // instances are recorded (state creating, with their providerID) and
-// queued; the provider's workers create them.
+// queued; the provider's workers create them. Parked standbys of the
+// group's warm pool are taken first (their workers resume them); machines
+// are created only for the rest, and standbys that no longer fit under
+// maxSize beside the new target are deleted.
 func (c *Core) IncreaseSize(id string, delta int) error {
 	g, err := c.group(id)
 	if err != nil {
@@ -34,15 +37,37 @@ func (c *Core) IncreaseSize(id string, delta int) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: node group %q: target %d + %d exceeds maxSize %d", ErrFailedPrecondition, id, t, delta, g.spec.MaxSize)
 	}
-	created := make([]*instance, 0, delta)
-	for range delta {
+	var taken []*instance
+	if c.refusal(g) == nil {
+		// A refused group's new machines fail at once (newInstanceLocked);
+		// its standbys stay parked for when the catalog passes again.
+		taken = c.takeStandbysLocked(g, delta, now)
+	}
+	created := make([]*instance, 0, delta-len(taken))
+	for range delta - len(taken) {
 		inst := c.newInstanceLocked(g, now)
 		created = append(created, inst)
 	}
+	var surplus poolActions
+	if g.spec.WarmPool.Size > 0 || len(taken) > 0 {
+		// Standbys count toward maxSize: keep target + pool within it now,
+		// not a round later.
+		c.trimPoolLocked(g, &surplus)
+	}
 	c.mu.Unlock()
 	w := c.workers[g.provider.Name()]
+	for _, inst := range taken {
+		w.enqueue(task{kind: taskCreate, inst: inst})
+	}
 	for _, inst := range created {
 		w.enqueue(task{kind: taskCreate, inst: inst})
+	}
+	for _, inst := range surplus.deletes {
+		w.enqueue(task{kind: taskDelete, inst: inst})
+	}
+	if len(taken) > 0 {
+		c.metrics.poolTaken.WithLabelValues(id).Add(float64(len(taken)))
+		c.kickPools() // refill in the background
 	}
 	for _, inst := range created {
 		if inst.fallback != nil {
@@ -53,7 +78,7 @@ func (c *Core) IncreaseSize(id string, delta int) error {
 		}
 	}
 	c.metrics.increaseSize.WithLabelValues(id).Add(float64(delta))
-	c.log.Info("increase size", "group", id, "delta", delta)
+	c.log.Info("increase size", "group", id, "delta", delta, "fromWarmPool", len(taken))
 	return nil
 }
 
@@ -140,7 +165,7 @@ func (c *Core) DecreaseTargetSize(id string, delta int) error {
 	c.mu.Lock()
 	var pending []*instance
 	for _, inst := range g.instances {
-		if inst.phase != phaseDeleting && inst.viewState() == providers.StateCreating {
+		if inst.phase != phaseDeleting && !inst.isStandby() && inst.viewState() == providers.StateCreating {
 			pending = append(pending, inst)
 		}
 	}
@@ -185,6 +210,17 @@ func cancelRank(i *instance) int {
 // cancelLocked takes inst out of the target. It reports whether a cloud
 // delete must follow.
 func (c *Core) cancelLocked(inst *instance) (needsDelete bool) {
+	switch {
+	case inst.phase == phaseQueued && inst.resume:
+		// A taken standby not resumed yet: back into the pool. Its queued
+		// task finds it no longer queued and skips it.
+		returnStandbyLocked(inst)
+		return false
+	case inst.phase == phaseFailed && inst.inCloud:
+		// Listed as failed (a halted machine): it exists, delete it.
+		inst.phase = phaseDeleting
+		return true
+	}
 	switch inst.phase {
 	case phaseQueued, phaseFailed:
 		// Nothing exists in the cloud: forget it. A queued task finds it
@@ -227,7 +263,7 @@ func (c *Core) DeleteNodes(id string, nodes []Node) error {
 	seen := map[*instance]bool{}
 	for _, n := range nodes {
 		inst := c.lookupLocked(n)
-		if inst == nil || inst.group != g {
+		if inst == nil || inst.group != g || inst.isStandby() {
 			foreign = append(foreign, nodeRef(n))
 			continue
 		}

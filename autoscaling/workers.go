@@ -17,6 +17,8 @@ type taskKind int
 const (
 	taskCreate taskKind = iota
 	taskDelete
+	// taskPark parks a prepared warm-pool standby.
+	taskPark
 )
 
 type task struct {
@@ -120,6 +122,8 @@ func (w *providerWorkers) loop(ctx context.Context) {
 			w.create(ctx, t.inst)
 		case taskDelete:
 			w.delete(ctx, t.inst)
+		case taskPark:
+			w.park(ctx, t.inst)
 		}
 		if t.done != nil {
 			close(t.done)
@@ -177,6 +181,8 @@ func (w *providerWorkers) call(ctx context.Context, fn func(ctx context.Context)
 	}
 }
 
+// create runs a queued instance's Create, or, for a standby IncreaseSize
+// took, its Resume; a resume that fails falls back to a create.
 func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 	c := w.core
 	c.mu.Lock()
@@ -185,7 +191,7 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		return
 	}
 	inst.phase = phaseCreating
-	g, req, refused := inst.group, inst.req, inst.refused
+	g, req, refused, resume, pid := inst.group, inst.req, inst.refused, inst.resume, inst.providerID
 	c.mu.Unlock()
 
 	var got providers.Instance
@@ -203,7 +209,11 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		req.UserData = ud
 		cls, err = w.call(ctx, func(ctx context.Context) error {
 			var err error
-			got, err = w.provider.Create(ctx, req)
+			if resume {
+				got, err = w.provider.Resume(ctx, pid, ud)
+			} else {
+				got, err = w.provider.Create(ctx, req)
+			}
 			return err
 		})
 	}
@@ -212,10 +222,34 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 	c.mu.Lock()
 	if err != nil {
 		if inst.cancelled {
+			c.mu.Unlock()
+			if resume {
+				// The standby exists whatever its resume did: delete it.
+				w.delete(ctx, inst)
+				return
+			}
 			// Cancelled while in flight and the create failed: nothing to
 			// clean up.
+			c.mu.Lock()
 			c.forgetLocked(inst)
 			c.mu.Unlock()
+			return
+		}
+		if resume && ctx.Err() == nil {
+			repl := c.resumeFallbackLocked(inst)
+			c.mu.Unlock()
+			code := cls.Code
+			if code == "" {
+				code = "resume_failed"
+			}
+			c.metrics.poolFallbacks.WithLabelValues(g.spec.ID, code).Inc()
+			c.log.Warn("warm pool: resume failed; creating a machine instead", "group", g.spec.ID, "instance", inst.name,
+				"providerID", pid, "replacement", repl.name, "code", code, "err", err)
+			w.enqueue(task{kind: taskDelete, inst: inst})
+			w.enqueue(task{kind: taskCreate, inst: repl})
+			if repl.fallback != nil {
+				c.reportFallback(c.eventCtx(), *repl.fallback)
+			}
 			return
 		}
 		code := cls.Code
@@ -224,7 +258,13 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		}
 		inst.phase = phaseFailed
 		inst.err = &providers.InstanceError{Class: cls.Class, Code: code, Message: err.Error()}
+		standby := inst.isStandby()
 		c.mu.Unlock()
+		if standby {
+			// CA never sees it; the pool's next round counts and drops it.
+			c.log.Warn("warm pool: standby create failed", "group", g.spec.ID, "instance", inst.name, "code", code, "err", err)
+			return
+		}
 		c.metrics.createErrors.WithLabelValues(g.spec.ID, classLabel(cls.Class), code).Inc()
 		c.log.Warn("create failed", "group", g.spec.ID, "instance", inst.name, "class", classLabel(cls.Class), "code", code, "err", err)
 		return
@@ -233,6 +273,7 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		c.index.setProviderID(inst, got.ProviderID)
 	}
 	inst.acceptedAt = now
+	inst.inCloud = true
 	if inst.cancelled {
 		c.mu.Unlock()
 		w.delete(ctx, inst)
@@ -242,9 +283,14 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 	if got.State != 0 {
 		inst.state = got.State
 	}
+	standby := inst.isStandby()
 	c.mu.Unlock()
+	if standby {
+		c.log.Info("warm pool: standby accepted", "group", g.spec.ID, "instance", inst.name, "providerID", got.ProviderID)
+		return
+	}
 	c.metrics.observePhase(g.spec.ID, inst.imageKind, phaseAPIAccepted, now.Sub(inst.requestedAt))
-	c.log.Info("instance accepted", "group", g.spec.ID, "instance", inst.name, "providerID", got.ProviderID)
+	c.log.Info("instance accepted", "group", g.spec.ID, "instance", inst.name, "providerID", got.ProviderID, "resumed", resume)
 }
 
 func (w *providerWorkers) delete(ctx context.Context, inst *instance) {
