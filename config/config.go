@@ -249,6 +249,9 @@ type NodeGroup struct {
 	// bootstrap block renders. Load makes a relative path relative to the
 	// config file's directory.
 	UserDataFile string `yaml:"userDataFile"`
+	// WarmPool keeps standby machines for the group (docs/warm-pool.md);
+	// nil keeps none.
+	WarmPool *WarmPool `yaml:"warmPool"`
 }
 
 // Taint is a node taint as written in the config.

@@ -408,6 +408,7 @@ func (v *validator) nodeGroups() {
 		}
 		v.groupImageFamily(p, name, g)
 		v.groupNetwork(p, name, g)
+		v.groupWarmPool(p, name, g)
 		if f := g.UserDataFile; f != "" {
 			v.regularFile(p+".userDataFile", name+": userDataFile", f)
 		}

@@ -37,6 +37,7 @@ import (
 	"github.com/prebake-dev/prebake/externalgrpc"
 	"github.com/prebake-dev/prebake/imagecatalog"
 	"github.com/prebake-dev/prebake/internal/certs"
+	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/metrics"
 )
 
@@ -251,6 +252,17 @@ func buildCore(ctx context.Context, cfg *config.Config, configPath string, reg p
 	if kube != nil {
 		built.kube = kube
 	}
+	// Whether a provider parks machines is what it declares, so warm pools
+	// are checked once the providers are built.
+	if err := cfg.CheckWarmPools(func(name string) (providers.Capabilities, bool) {
+		p, ok := built.providers[name]
+		if !ok {
+			return providers.Capabilities{}, false
+		}
+		return p.Capabilities(), true
+	}); err != nil {
+		return builtCore{}, err
+	}
 	groups, err := groupSpecs(cfg)
 	if err != nil {
 		return builtCore{}, err
@@ -420,6 +432,7 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 			Labels: g.Labels, Taints: g.Taints(), ImageChannel: g.Image.Channel, ImageOS: g.Image.OS, ImageK8sMinor: g.Image.K8sMinor,
 			ImageContainerImages: g.Image.ContainerImages,
 		}
+		spec.WarmPool.Size, spec.WarmPool.State = g.WarmPoolSpec()
 		if g.UserDataFile != "" {
 			b, err := os.ReadFile(g.UserDataFile)
 			if err != nil {

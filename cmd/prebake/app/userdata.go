@@ -48,7 +48,8 @@ func (b *BootstrapUserData) Check() error {
 // UserData implements autoscaling.UserDataSource: nothing for machines that take none
 // (no token is made), the node script for those that run it over a shell, and
 // for the others what their OS family reads: an Ignition config (Flatcar, Fedora
-// CoreOS) or #cloud-config.
+// CoreOS) or #cloud-config. A warm-pool standby's (Request.Standby) prepares the
+// machine and stops before the join: it holds no token.
 func (b *BootstrapUserData) UserData(ctx context.Context, m autoscaling.Machine) ([]byte, error) {
 	if m.Capabilities.UserData == providers.UserDataNone {
 		return nil, nil
@@ -58,6 +59,12 @@ func (b *BootstrapUserData) UserData(ctx context.Context, m autoscaling.Machine)
 		if err := b.ignitionReady(m); err != nil {
 			return nil, err
 		}
+	}
+	if m.Request.Standby != "" {
+		if ignition {
+			return nil, fmt.Errorf("node group %q boots %s, which reads Ignition at first boot only, so a resumed standby would never join: remove its warmPool", m.Request.Group, m.Family)
+		}
+		return b.render(m, "", false)
 	}
 	b.cleanup(ctx)
 	tok, err := b.Tokens.CreateForNode(ctx, m.Request.Name)
@@ -144,6 +151,7 @@ func (b *BootstrapUserData) input(m autoscaling.Machine, token string) bootstrap
 		Labels: kubeletLabels(req.NodeLabels), Components: b.Components, Runtime: m.Capabilities.NodeRuntime, Options: b.Options,
 		Network: b.Networks[req.Group], UserDataForm: m.Capabilities.UserData,
 	}
+	in.Options.Standby = req.Standby != ""
 	for _, t := range req.NodeTaints {
 		in.Taints = append(in.Taints, bootstrap.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
 	}

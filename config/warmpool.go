@@ -1,0 +1,98 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/prebake-dev/prebake/providers"
+)
+
+// WarmPool is a node group's pool of standby machines (docs/warm-pool.md):
+// booted, bootstrapped up to just before the join, then parked, so a
+// scale-up resumes one instead of creating a machine.
+type WarmPool struct {
+	// Size is the most standbys kept; they count toward maxSize. 0 keeps
+	// none.
+	Size int `yaml:"size"`
+	// State is how a standby rests: stopped or suspended, one the group's
+	// provider can park in. Empty means stopped.
+	State string `yaml:"state"`
+}
+
+// WarmPoolSpec is the group's warm pool with its default applied: the
+// zero value when the group has none.
+func (g NodeGroup) WarmPoolSpec() (size int, state providers.StandbyState) {
+	if g.WarmPool == nil {
+		return 0, ""
+	}
+	state = providers.StandbyState(g.WarmPool.State)
+	if state == "" {
+		state = providers.StandbyStopped
+	}
+	return g.WarmPool.Size, state
+}
+
+func standbyStateNames() string {
+	var out []string
+	for _, s := range providers.StandbyStates {
+		out = append(out, string(s))
+	}
+	return strings.Join(out, " or ")
+}
+
+// groupWarmPool checks the group's warmPool block as far as the config
+// knows: whether the provider can park machines is CheckWarmPools's.
+func (v *validator) groupWarmPool(p, name string, g NodeGroup) {
+	wp := g.WarmPool
+	if wp == nil {
+		return
+	}
+	p += ".warmPool"
+	switch {
+	case wp.Size < 0:
+		v.errorf(p+".size", "%s: warmPool.size %d is negative; use 0 (no pool) or more", name, wp.Size)
+	case wp.Size > g.MaxSize && g.MaxSize >= 1:
+		v.errorf(p+".size", "%s: warmPool.size %d is more than maxSize %d: standbys count toward maxSize; lower warmPool.size", name, wp.Size, g.MaxSize)
+	}
+	if wp.State != "" && !slices.Contains(providers.StandbyStates, providers.StandbyState(wp.State)) {
+		v.errorf(p+".state", "%s: warmPool.state %q is not a standby state; use %s (docs/warm-pool.md)", name, short(wp.State), standbyStateNames())
+	}
+	if wp.Size > 0 && g.UserDataFile != "" {
+		v.errorf(p, "%s: warmPool needs the user-data prebake renders, and userDataFile replaces it: a standby is prepared by one script and joins with another; remove one of them", name)
+	}
+}
+
+// CheckWarmPools refuses a warm pool on a group whose provider can't park
+// machines in its state. caps gives a configured provider's declared
+// capabilities: the config knows providers by name only, so the composition
+// root, which builds them, calls this. Each error names the group and the
+// field, with its line.
+func (c *Config) CheckWarmPools(caps func(provider string) (providers.Capabilities, bool)) error {
+	v := &validator{c: c}
+	for i, g := range c.NodeGroups {
+		size, state := g.WarmPoolSpec()
+		if size == 0 {
+			continue
+		}
+		cp, ok := caps(g.Provider)
+		if !ok {
+			continue // an unconfigured provider is Validate's error
+		}
+		if cp.Parks(state) {
+			continue
+		}
+		p := joinIndex("nodeGroups", i) + ".warmPool"
+		can := "it declares no standby state, so it can't park machines"
+		if len(cp.Standby) > 0 {
+			var states []string
+			for _, s := range cp.Standby {
+				states = append(states, string(s))
+			}
+			can = "it parks machines " + strings.Join(states, " or ") + " only"
+		}
+		v.errorf(p, "%s: %s: provider %s can't keep standbys %s (%s); remove warmPool, or use a provider or state that can (docs/warm-pool.md)",
+			groupName(i, g.ID), p, g.Provider, state, can)
+	}
+	return errors.Join(v.errs...)
+}
