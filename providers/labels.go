@@ -18,6 +18,11 @@ const (
 	TaintCanary = "prebake.dev/canary"
 	// LabelMachine is the machine name the core chose, on cloud resources.
 	LabelMachine = "prebake.dev/machine"
+	// LabelStandby=<state> marks a warm-pool standby (stopped, suspended):
+	// the marker Resume removes before the machine gets its join
+	// user-data. Where a cloud's labels can't change (Docker), it is on a
+	// record the provider keeps beside the machine.
+	LabelStandby = "prebake.dev/standby"
 
 	// Standard Kubernetes node labels.
 	LabelHostname     = "kubernetes.io/hostname"

@@ -84,6 +84,9 @@ func (p *Provider) orphanVolumes(ctx context.Context) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, v := range vs.Volumes {
+		if v.Labels[providers.LabelStandby] != "" {
+			continue // a standby record: nothing mounts it (orphanStandbyRecords)
+		}
 		users, err := p.engine.ContainerList(ctx, containerListOptions(filters.Arg("volume", v.Name)))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("docker: list the containers of volume %q: %w", v.Name, err))

@@ -3,7 +3,9 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,12 +31,19 @@ func (p *Provider) clusterFilter() filters.KeyValuePair {
 }
 
 // List implements providers.Provider: one scan of the engine's containers
-// by the cluster label. Builders carry no cluster label, so they are never
-// listed.
+// by the cluster label, and one of the standby records (standby.go); a
+// running standby's status file is read to tell warming from prepared.
+// Builders carry no cluster label, so they are never listed.
 func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 	cs, err := p.engine.ContainerList(ctx, containerListOptions(p.clusterFilter()))
 	if err != nil {
 		return nil, fmt.Errorf("docker: list containers of cluster %q: %w", p.cluster, err)
+	}
+	// Read after the containers: a Resume between the two reads shows its
+	// machine without a marker, never a taken machine as a standby.
+	recs, err := p.standbyRecords(ctx)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]providers.Instance, 0, len(cs))
 	for _, c := range cs {
@@ -42,7 +51,11 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
-		out = append(out, instance(name, c.Labels, c.State, c.Status, time.Unix(c.Created, 0)))
+		in := instance(name, c.Labels, c.State, c.Status, time.Unix(c.Created, 0))
+		if rest, ok := recs[name]; ok {
+			in = p.standbyInstance(ctx, in, name, c.State, rest)
+		}
+		out = append(out, in)
 	}
 	return out, nil
 }
@@ -87,6 +100,14 @@ func instance(name string, labels map[string]string, state, status string, creat
 // earlier attempt stopped short of that); a container of that name that is
 // not ours is an error.
 func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
+	in, err := p.create(ctx, req)
+	if err == nil && req.Standby != "" {
+		in.Standby = providers.Standby{State: req.Standby, Phase: providers.StandbyWarming}
+	}
+	return in, err
+}
+
+func (p *Provider) create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	mt, err := p.checkRequest(req)
 	if err != nil {
 		return providers.Instance{}, err
@@ -182,6 +203,9 @@ func (p *Provider) checkRequest(req providers.CreateRequest) (providers.MachineT
 	if err != nil {
 		return providers.MachineType{}, fmt.Errorf("%w (machine %q, group %q)", err, req.Name, req.Group)
 	}
+	if req.Standby != "" && !slices.Contains(standbyStates, req.Standby) {
+		return providers.MachineType{}, fmt.Errorf("docker: machine %q: standby state %q: %w: the docker provider parks standbys stopped only", req.Name, req.Standby, providers.ErrStandbyUnsupported)
+	}
 	return mt, nil
 }
 
@@ -230,6 +254,13 @@ func (p *Provider) createContainer(ctx context.Context, req providers.CreateRequ
 	if err != nil {
 		return "", err
 	}
+	if req.Standby != "" {
+		// Before the container: no moment shows it without its marker. The
+		// caller's netMu keeps Cleanup from taking the record for an orphan.
+		if err := p.createRecord(ctx, name, req); err != nil {
+			return "", err
+		}
+	}
 	labels := p.machineLabels(req, mt)
 	if err := p.createVolume(ctx, name, labels); err != nil {
 		return "", err
@@ -241,6 +272,9 @@ func (p *Provider) createContainer(ctx context.Context, req providers.CreateRequ
 		return "", nil // the earlier attempt's container has the volume
 	case err != nil:
 		p.removeVolumeAfterFailure(ctx, name, false)
+		if req.Standby != "" {
+			p.removeRecordAfterFailure(ctx, name)
+		}
 		return "", fmt.Errorf("docker: create container %q (group %q, type %s, zone %s, image %s): %w", name, req.Group, mt.Name, req.Location, imageRef, err)
 	}
 	for _, w := range resp.Warnings {
@@ -285,8 +319,21 @@ func (p *Provider) bootAs(ctx context.Context, id, name string, files []seedFile
 		p.log.Error("container that failed to boot not removed; remove it by hand", "container", name, "err", rerr)
 	} else {
 		p.removeVolumeAfterFailure(ctx, name, builder)
+		if !builder {
+			p.removeRecordAfterFailure(ctx, name)
+		}
 	}
 	return &bootError{name: name, err: err}
+}
+
+// removeRecordAfterFailure removes name's standby record, if it has one,
+// after a creation that failed, also when ctx has ended.
+func (p *Provider) removeRecordAfterFailure(ctx context.Context, name string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := p.removeRecord(rctx, name); err != nil {
+		p.log.Error("standby record of a container that failed to boot not removed; Cleanup removes it", "container", name, "err", err)
+	}
 }
 
 // existing inspects the container called name. found is false when there
@@ -362,7 +409,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	case err != nil:
 		return fmt.Errorf("docker: refusing to delete %s: %w", id, err)
 	case !found:
-		return p.removeVolume(ctx, name, false)
+		return errors.Join(p.removeVolume(ctx, name, false), p.removeRecord(ctx, name))
 	}
 	err = p.engine.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	switch {
@@ -372,7 +419,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	default:
 		return fmt.Errorf("docker: delete container %q: %w", name, err)
 	}
-	if err := p.removeVolume(ctx, name, false); err != nil {
+	if err := errors.Join(p.removeVolume(ctx, name, false), p.removeRecord(ctx, name)); err != nil {
 		return err
 	}
 	p.log.Info("machine deleted", "group", c.Config.Labels[providers.LabelGroup], "instance", c.Config.Labels[providers.LabelMachine], "providerID", id)

@@ -17,6 +17,11 @@
 //   - A container boots like a VM (boot.go): systemd as PID 1, cloud-init's
 //     NoCloud seed (the request's user-data, never logged) written into it
 //     before it starts.
+//   - A warm-pool standby (standby.go) carries its marker on a record, an
+//     empty volume <container>-standby labelled providers.LabelStandby, made
+//     before its container and removed by Resume before the container gets
+//     its join user-data; parked means stopped, resumed means a new NoCloud
+//     seed (new instance-id) and a start.
 //   - A zone is a bridge network, made on first use; Cleanup removes the
 //     empty ones.
 //   - Catalog images are tags of one repository; their changing labels live

@@ -274,10 +274,11 @@ func (p *Provider) containerName(machine string) string { return p.namePrefix + 
 // user-data with cloud-init's NoCloud datasource, and is a container on a
 // shared host, whose node needs IntrinsicNodeRuntime with
 // Options.NodeRuntime merged in. Prices are the machine types' own (the
-// built-in ones carry made-up prices).
+// built-in ones carry made-up prices). Warm-pool standbys park stopped
+// (standby.go).
 func (p *Provider) Capabilities() providers.Capabilities {
 	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit, NodeRuntime: p.NodeRuntime(),
-		PriceFix: "set pricePerHour on the machine type in providers.docker.machineTypes"}
+		PriceFix: "set pricePerHour on the machine type in providers.docker.machineTypes", Standby: slices.Clone(standbyStates)}
 }
 
 // NodeRuntime is what every node (and builder) of this provider runs with: the intrinsic
@@ -355,13 +356,3 @@ func (p *Provider) hostInfo(ctx context.Context) (hostInfo, error) {
 // Reserved is Options.Reserved: what each machine's kubelet reserves on top of the host
 // beyond its machine type.
 func (p *Provider) Reserved() providers.Reserved { return p.reserved }
-
-// Park implements providers.Provider.
-func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
-	return providers.StandbyUnsupported("docker")
-}
-
-// Resume implements providers.Provider.
-func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
-	return providers.Instance{}, providers.StandbyUnsupported("docker")
-}

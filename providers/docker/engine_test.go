@@ -136,7 +136,9 @@ func sweep(c *client.Client) {
 // cloud-init where a test needs it: user-data that starts with
 // "#prebake-test-report" has the rest written, a moment after boot, where
 // bootstrap's seal step writes a builder's report, and a file into
-// containerd's root (the volume), as a builder's pulled images.
+// containerd's root (the volume), as a builder's pulled images; user-data
+// that starts with "#prebake-test-status" has the rest written where the
+// node script writes its status (a warm-pool standby's "prepared").
 const sleeperSource = `package main
 
 import (
@@ -159,6 +161,13 @@ func main() {
 				_ = os.Rename("/var/lib/prebake/build-report.json.tmp", "/var/lib/prebake/build-report.json")
 				// What the builder's containerd would hold (its pod images), on its volume.
 				_ = os.WriteFile("/var/lib/containerd/prebake-test-content", []byte("baked\n"), 0o644)
+			}()
+		}
+		if rest, ok := strings.CutPrefix(string(ud), "#prebake-test-status\n"); ok {
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				_ = os.MkdirAll("/var/lib/prebake", 0o755)
+				_ = os.WriteFile("/var/lib/prebake/bootstrap-status.json", []byte(rest), 0o644)
 			}()
 		}
 	}

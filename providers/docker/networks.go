@@ -147,6 +147,11 @@ func (p *Provider) Cleanup(ctx context.Context) (removed []string, err error) {
 		errs = append(errs, err)
 	}
 	removed = append(removed, vols...)
+	standbys, err := p.orphanStandbyRecords(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	removed = append(removed, standbys...)
 	recs, err := p.orphanRecords(ctx)
 	if err != nil {
 		errs = append(errs, err)

@@ -44,7 +44,17 @@ type seedFile struct {
 // as given (it may hold join secrets: it is written 0600 and never logged)
 // and meta-data naming the instance and its hostname.
 func nocloudSeed(name string, userData []byte) []seedFile {
-	meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", name, name)
+	return nocloudSeedAs(name, name, userData)
+}
+
+// nocloudSeedAs is nocloudSeed with another instance-id. cloud-init runs its
+// per-instance modules (write_files, runcmd) once per instance-id: at a boot
+// whose seed names a new one, NoCloud's check_instance_id finds the cached
+// instance stale and the user-data runs again (cloudinit/stages.py
+// _restore_from_checked_cache, sources/DataSourceNoCloud.py). A resumed
+// standby boots with one.
+func nocloudSeedAs(name, instanceID string, userData []byte) []seedFile {
+	meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", instanceID, name)
 	return []seedFile{
 		{seedMetaDataPath, 0o644, []byte(meta)},
 		{seedUserDataPath, 0o600, userData},
