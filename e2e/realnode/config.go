@@ -28,6 +28,8 @@ type Group struct {
 	Prebaked bool // image: {channel: candidate}
 	Labels   map[string]string
 	Taints   []providers.Taint
+	// WarmPool is warmPool.size (state stopped); 0 keeps no pool.
+	WarmPool int
 }
 
 // ConfigOptions say what a config holds besides the world's settings.
@@ -96,6 +98,9 @@ nodeGroups:
 {{- end}}
 {{- if .Prebaked}}
     image: {channel: candidate}
+{{- end}}
+{{- if .WarmPool}}
+    warmPool: {size: {{.WarmPool}}, state: stopped}
 {{- end}}
 {{- end}}
 `))
