@@ -4,7 +4,8 @@
 // option.WithoutAuthentication().
 //
 // It serves instances (insert, get, list and aggregatedList with label
-// filters, stop, getGuestAttributes, delete), zone and global operations
+// filters, stop, start, suspend, resume, setLabels and setMetadata with
+// their fingerprints, getGuestAttributes, delete), zone and global operations
 // (get, wait), images (insert from a disk, get, getFromFamily, list with
 // filters, setLabels with the label fingerprint check, deprecate, delete),
 // machine types (get, list, with accelerators) and firewall rules (get,
@@ -18,7 +19,10 @@
 // An inserted instance exists from the moment the insert is accepted: get
 // and list show it PROVISIONING while its insert operation runs, then
 // PROVISIONING, STAGING and RUNNING for Options.Provisioning and Staging; an
-// insert whose operation fails (a stockout) removes it when it ends.
+// insert whose operation fails (a stockout) removes it when it ends. Stop,
+// start, suspend and resume move it through the API's statuses
+// (STOPPING/TERMINATED, SUSPENDING/SUSPENDED; lifecycle.go), and refuse a
+// call in the wrong state as the API does.
 //
 // Requests are checked as the API checks them where prebake depends on it:
 // label and name rules, maxResults of 0 to 500 (more is a 400), and the

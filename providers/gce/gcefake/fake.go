@@ -314,8 +314,11 @@ func (f *Fake) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		res, err = f.getInstance(project, p[1], p[3])
 	case m == http.MethodDelete && match(p, "zones", "*", "instances", "*"):
 		res, err = f.deleteInstance(project, p[1], p[3])
-	case m == http.MethodPost && match(p, "zones", "*", "instances", "*", "stop"):
-		res, err = f.stopInstance(project, p[1], p[3])
+	case m == http.MethodPost && match(p, "zones", "*", "instances", "*", "*"):
+		var ok bool
+		if res, err, ok = f.lifecycleRoute(r, project, p[1], p[3], p[4], opFault); !ok {
+			err = &apiError{http.StatusNotFound, "notFound", fmt.Sprintf("gcefake: no route for %s %s", m, r.URL.Path)}
+		}
 	case m == http.MethodGet && match(p, "zones", "*", "instances", "*", "getGuestAttributes"):
 		res, err = f.getGuestAttributes(project, p[1], p[3], r.URL.Query())
 	case m == http.MethodGet && match(p, "zones", "*", "operations", "*"):

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// What runs "inside" an instance: stop, guest attributes, and each
+// What runs "inside" an instance: guest attributes, and each
 // instance's own metadata server, which a test talks to as the guest would
 // (a builder writing its report).
 
@@ -23,28 +23,6 @@ import (
 // on. The real API also honours it in project metadata; the fake reads only
 // the instance's.
 const enableGuestAttributes = "enable-guest-attributes"
-
-func (f *Fake) stopInstance(project, zone, name string) (proto.Message, *apiError) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.settle()
-	in, aerr := f.liveInstance(project, zone, name)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if !in.deleteAt.IsZero() || in.pending {
-		return nil, &apiError{http.StatusBadRequest, "resourceNotReady",
-			fmt.Sprintf("The resource 'projects/%s/zones/%s/instances/%s' is not ready", project, zone, name)}
-	}
-	// Stopping a stopped instance is accepted and changes nothing.
-	op := f.newOperation(project, "zones/"+zone, "stop", in.pb.GetSelfLink(), in.pb.GetId(), nil)
-	if !in.stopped {
-		in.stopping = true
-		op.onDone = func(bool) { in.stopping, in.stopped = false, true }
-	}
-	f.settle()
-	return proto.CloneOf(op.pb), nil
-}
 
 func guestEnabled(in *instance) bool {
 	for _, it := range in.pb.GetMetadata().GetItems() {

@@ -245,7 +245,7 @@ func (f *Fake) insertImage(project string, body *computepb.Image, ft *Fault, for
 	}
 	// A disk attached to a stopped (TERMINATED) instance can be imaged; a
 	// running one's only with forceCreate, as it may be inconsistent.
-	if u := f.instances[d.user]; u != nil && !u.stopped && !force {
+	if u := f.instances[d.user]; u != nil && u.power != powerTerminated && !force {
 		return nil, &apiError{http.StatusBadRequest, "resourceInUseByAnotherResource",
 			fmt.Sprintf("The disk resource 'projects/%s/zones/%s/disks/%s' is already being used by 'projects/%s/zones/%s/instances/%s'; stop the instance or set forceCreate", dp, zone, dname, dp, zone, lastSegment(d.user))}
 	}

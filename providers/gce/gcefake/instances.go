@@ -27,9 +27,12 @@ type instance struct {
 	deleteAt    time.Time // zero unless deleting
 	sourceImage string    // the boot disk's image, "projects/p/global/images/n"
 	disk        string    // key of the boot disk in f.disks
-	// stopping is true while a stop operation runs, stopped once it is
-	// DONE (TERMINATED: the instance and its disk exist, nothing runs).
-	stopping, stopped bool
+	// power is where the instance stands in its lifecycle once inserted
+	// (lifecycle.go); bootAt is when its latest boot began (the insert's
+	// or a start's operation ended), from which a powered-on instance is
+	// PROVISIONING, STAGING, then RUNNING.
+	power  powerState
+	bootAt time.Time
 	// guest holds the guest attributes the instance wrote through its
 	// metadata server, by "namespace/key".
 	guest map[string]string
@@ -143,14 +146,15 @@ func (f *Fake) settle() {
 // status is the instance's status now. f.mu is held.
 func (f *Fake) status(in *instance) string {
 	switch {
-	case !in.deleteAt.IsZero(), in.stopping:
+	case !in.deleteAt.IsZero():
 		return "STOPPING"
-	case in.stopped:
-		return "TERMINATED"
 	case in.pending:
 		return "PROVISIONING"
 	}
-	age := f.opts.Now().Sub(in.created)
+	if st, ok := powerStatus[in.power]; ok {
+		return st
+	}
+	age := f.opts.Now().Sub(in.bootAt)
 	switch {
 	case age < f.opts.Provisioning:
 		return "PROVISIONING"
@@ -396,7 +400,7 @@ func (f *Fake) insertInstance(project, zone string, body *computepb.Instance, ft
 			return
 		}
 		in.pending = false
-		in.created = op.doneAt
+		in.created, in.bootAt = op.doneAt, op.doneAt
 		in.pb.CreationTimestamp = proto.String(timestamp(op.doneAt))
 	}
 	f.settle()
