@@ -52,7 +52,10 @@ type Input struct {
 	// (providers.Capabilities.UserData). Render renders the cloud-config and the script
 	// whatever it is; RenderIgnition needs FormCloudInit.
 	UserDataForm UserDataForm
-	Options      Options
+	// StandbyResume is how a standby (Options.Standby) gets its join once resumed, as its
+	// provider declares it (standby.go); empty (ResumeBySeed) for every other machine.
+	StandbyResume StandbyResume
+	Options       Options
 }
 
 // UserDataForm is how a machine takes its user-data. Providers declare it
@@ -214,6 +217,7 @@ func (in Input) validate() (Input, error) {
 		// The value is a secret: say what is wrong with it, never what it is.
 		bad("joinToken: want a kubeadm bootstrap token [a-z0-9]{6}.[a-z0-9]{16} (use bootstrap.NewToken)")
 	}
+	in.StandbyResume.validate(in.Options.Standby, bad)
 	if msgs := validation.IsDNS1123Subdomain(in.NodeName); len(msgs) > 0 {
 		bad("nodeName %q: %s", in.NodeName, strings.Join(msgs, "; "))
 	}

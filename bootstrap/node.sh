@@ -78,6 +78,7 @@ fail() {
 	end_phase failed
 	write_status
 	echo "prebake-bootstrap: $ERROR" >&2
+	if [ "$PREBAKE_STANDBY" = 1 ]; then standby_report || true; fi
 	exit 1
 }
 
@@ -90,6 +91,7 @@ on_exit() {
 		RESULT=failed
 		end_phase failed
 		write_status
+		if [ "$PREBAKE_STANDBY" = 1 ]; then standby_report || true; fi
 	fi
 }
 trap on_exit EXIT
@@ -482,6 +484,44 @@ annotate_node() {
 	echo "prebake-bootstrap: could not annotate node $PREBAKE_NODE; the status is in $PREBAKE_STATUS" >&2
 }
 
+# --- standby: the resume hook (Input.StandbyResume) -----------------------------------------
+# A warm-pool standby whose instance-id survives stop/start and suspend/resume (GCE) would
+# never run the user-data it is resumed with: cloud-init runs user-data once per instance-id.
+# prebake-resume.service (standby-resume.sh) runs it instead; this phase installs, enables and
+# starts it. It reads the user-data with curl and python3's yaml module (PyYAML, which
+# cloud-init itself depends on), so both are checked here, before the standby says prepared.
+phase_standby() {
+	command -v curl >/dev/null 2>&1 || fail "curl is not installed; the resume hook reads the user-data it is resumed with from the metadata server with it: add curl to the image or as an apt component"
+	python3 -c 'import yaml' >/dev/null 2>&1 ||
+		fail "python3 with its yaml module (PyYAML, a dependency of cloud-init) is missing; the resume hook reads the cloud-config it is resumed with with it: use an image with cloud-init"
+	prebake_standby_files
+	if changed standby; then host systemctl daemon-reload || fail "systemctl daemon-reload failed"; fi
+	host systemctl enable prebake-resume.service || fail "systemctl enable prebake-resume.service failed"
+	# --no-block: this runs inside cloud-final.service; the hook needs nothing of it.
+	host systemctl start --no-block prebake-resume.service || fail "systemctl start prebake-resume.service failed"
+	P_DETAIL="prebake-resume.service enabled:${CHANGED_FILES:- unchanged}"
+	CHANGED=""
+	CHANGED_FILES=""
+}
+
+# standby_report hands the status file to a provider that can't read it (on GCE: the guest
+# attribute prebake/standby, which the provider reads with instances.getGuestAttributes). A
+# standby whose report never arrives stays warming. PREBAKE_METADATA_URL is for tests.
+standby_report() {
+	case "$PREBAKE_STANDBY_RESUME" in
+	gce-metadata)
+		command -v curl >/dev/null 2>&1 || return 1
+		url="${PREBAKE_METADATA_URL:-http://metadata.google.internal}/computeMetadata/v1/instance/guest-attributes/prebake/standby"
+		for _ in 1 2 3 4 5; do
+			if curl -fsS -X PUT -H 'Metadata-Flavor: Google' --data-binary "@$PREBAKE_STATUS" "$url" >/dev/null; then return 0; fi
+			sleep 2
+		done
+		echo "prebake-bootstrap: could not write the guest attribute prebake/standby: the provider does not see this standby $RESULT" >&2
+		return 1
+		;;
+	esac
+}
+
 # Piped to `sh -s`, the script is the shell's stdin: anything that reads stdin (apt, a
 # package's maintainer script, kubeadm) would swallow the rest of it. So everything runs
 # from one function, defined in full before it is called, with stdin from /dev/null.
@@ -495,9 +535,11 @@ prebake_main() {
 		# A warm-pool standby stops here, just before the join: its provider parks it once
 		# the status says prepared. When it is taken it gets user-data with a join token and
 		# this script runs again: install and configure find nothing to do, then it joins.
+		if [ -n "$PREBAKE_STANDBY_RESUME" ]; then run_phase standby phase_standby; fi
 		PHASE=done
 		RESULT=prepared
 		write_status
+		standby_report || true
 		return 0
 	fi
 	if [ -n "$PREBAKE_NODE_ADDRESS" ]; then run_phase address phase_address; fi

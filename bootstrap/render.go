@@ -78,6 +78,7 @@ func renderScript(in Input) ([]byte, error) {
 	}
 	var b strings.Builder
 	writePrelude(&b, header, in, configure, kubelet)
+	writeFileFunc(&b, "prebake_standby_files", standbyFiles(in))
 	writeNetcheck(&b, in, KubeletEnvDebian)
 	b.WriteString(nodeScript)
 	return []byte(b.String()), nil
@@ -98,6 +99,7 @@ func writePrelude(b *strings.Builder, header string, in Input, configure, kubele
 		{"PREBAKE_RECORD", boolFlag(in.Options.RecordHostCommands)},
 		{"PREBAKE_SKIP_JOIN", boolFlag(in.Options.SkipJoin)},
 		{"PREBAKE_STANDBY", boolFlag(in.Options.Standby)},
+		{"PREBAKE_STANDBY_RESUME", string(in.StandbyResume)},
 		{"PREBAKE_FIXED_PROVIDER_ID", boolFlag(in.ProviderID != "")},
 		{"PREBAKE_KUBELET_PATCH", KubeletPatchPath},
 		{"PREBAKE_MODULES", strings.Join(in.Modules, " ")},

@@ -36,7 +36,8 @@ type Status struct {
 // installed and configured everything a node needs and stopped just before the join.
 const StatusPrepared = "prepared"
 
-// Phase is one timed step: manifest, plan, install, configure, images, kubelet or join.
+// Phase is one timed step: manifest, plan, install, configure, images, standby (a standby's
+// resume hook), kubelet or join.
 type Phase struct {
 	Name   string `json:"name"`
 	Ms     int64  `json:"ms"`

@@ -1,0 +1,87 @@
+package bootstrap
+
+import _ "embed"
+
+// StandbyResume is how a warm-pool standby (Options.Standby) gets the user-data it is
+// resumed with and says it is prepared, as its provider declares it
+// (providers.Capabilities.StandbyResume is this type).
+//
+// cloud-init runs a machine's user-data once per instance-id. A provider that can give the
+// stopped machine a new instance-id with the new user-data needs nothing on the machine
+// (ResumeBySeed: docker writes a new NoCloud seed, and reads the status file itself). On a
+// cloud whose instance-id survives stop/start and suspend/resume (GCE), the new user-data
+// would never run; ResumeByGCEMetadata installs a hook that runs it.
+type StandbyResume string
+
+const (
+	// ResumeBySeed: nothing on the machine. The provider reads the status file and starts
+	// the machine with the new user-data under a new instance-id.
+	ResumeBySeed StandbyResume = ""
+	// ResumeByGCEMetadata: the standby's script installs prebake-resume.service
+	// (standby-resume.sh) and enables and starts it. At every boot, and all along while the
+	// machine runs (a resumed suspended VM continues without a boot), it waits on the
+	// metadata server for the instance's user-data to change; the first user-data whose node
+	// script joins has that script written to ScriptPath and run, once. The standby's status
+	// file goes to the guest attribute StandbyAttribute (the provider reads it with
+	// instances.getGuestAttributes; the instance needs enable-guest-attributes=TRUE) when it
+	// is prepared or failed. The hook needs curl and python3 with PyYAML (cloud-init's own
+	// dependency); the script checks them before it says prepared.
+	ResumeByGCEMetadata StandbyResume = "gce-metadata"
+)
+
+// Where ResumeByGCEMetadata puts its hook, and the guest attribute its report goes to.
+const (
+	StandbyResumeUnitPath   = "/etc/systemd/system/" + StandbyResumeUnit
+	StandbyResumeUnit       = "prebake-resume.service"
+	StandbyResumeScriptPath = "/usr/local/lib/prebake/standby-resume"
+	// StandbyTakenPath exists once the hook ran a joining script: the machine is a node.
+	StandbyTakenPath = "/var/lib/prebake/standby-taken"
+	// StandbyAttribute is "<namespace>/<key>" of the guest attribute holding a GCE
+	// standby's status file (Status as JSON).
+	StandbyAttribute = "prebake/standby"
+)
+
+//go:embed standby-resume.sh
+var standbyResumeScript string
+
+// standbyResumeUnit runs the hook at every boot once the network is up. It is not ordered
+// after cloud-final.service: the standby's own script, which runs inside cloud-final, starts
+// it. Once the hook ran a join it exits at once, and the condition keeps it from starting.
+const standbyResumeUnit = `[Unit]
+Description=prebake warm-pool standby: join once resumed with new user-data
+Documentation=https://github.com/prebake-dev/prebake/blob/main/docs/warm-pool.md
+Wants=network-online.target
+After=network-online.target
+ConditionPathExists=!` + StandbyTakenPath + `
+
+[Service]
+Type=simple
+ExecStart=` + StandbyResumeScriptPath + `
+Restart=on-failure
+RestartSec=2
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// validate checks r against the rest of the input.
+func (r StandbyResume) validate(standby bool, bad func(format string, args ...any)) {
+	switch {
+	case r == ResumeBySeed:
+	case r != ResumeByGCEMetadata:
+		bad("standbyResume %q: want %q or empty (the provider gives the stopped machine a new instance-id)", string(r), ResumeByGCEMetadata)
+	case !standby:
+		bad("standbyResume %q: only a warm-pool standby's user-data (options.standby) installs a resume hook", string(r))
+	}
+}
+
+// standbyFiles are the hook's files for a standby that needs one.
+func standbyFiles(in Input) []file {
+	if !in.Options.Standby || in.StandbyResume != ResumeByGCEMetadata {
+		return nil
+	}
+	return []file{
+		{StandbyResumeScriptPath, "0755", "standby", standbyResumeScript},
+		{StandbyResumeUnitPath, "0644", "standby", standbyResumeUnit},
+	}
+}
