@@ -189,6 +189,11 @@ type Capabilities struct {
 	// Standby lists the states the provider can park a warm-pool standby
 	// in (Park, Resume); empty means it keeps no warm pool.
 	Standby []StandbyState
+	// StandbyResume is how its standbys get the user-data they are resumed
+	// with, where the provider can't give a stopped machine a new
+	// instance-id (bootstrap.StandbyResume): a standby's user-data then
+	// installs the hook. The zero value needs none.
+	StandbyResume bootstrap.StandbyResume
 }
 
 // Parks reports whether the provider can park a standby in state.

@@ -151,7 +151,10 @@ func (b *BootstrapUserData) input(m autoscaling.Machine, token string) bootstrap
 		Labels: kubeletLabels(req.NodeLabels), Components: b.Components, Runtime: m.Capabilities.NodeRuntime, Options: b.Options,
 		Network: b.Networks[req.Group], UserDataForm: m.Capabilities.UserData,
 	}
-	in.Options.Standby = req.Standby != ""
+	if req.Standby != "" {
+		in.Options.Standby = true
+		in.StandbyResume = m.Capabilities.StandbyResume
+	}
 	for _, t := range req.NodeTaints {
 		in.Taints = append(in.Taints, bootstrap.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
 	}

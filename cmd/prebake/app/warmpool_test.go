@@ -76,3 +76,29 @@ func TestIgnitionStandbyIsRefused(t *testing.T) {
 		t.Errorf("UserData of an Ignition standby = %v", err)
 	}
 }
+
+// A provider that declares a resume hook gets it in its standbys'
+// user-data, and only there: the user-data of the resume joins without it.
+func TestStandbyResumeHookFollowsTheProvider(t *testing.T) {
+	t.Parallel()
+	client := kubefake.NewClientset()
+	b := bootstrapSource(client)
+	caps := providers.Capabilities{UserData: providers.UserDataCloudInit, StandbyResume: bootstrap.ResumeByGCEMetadata}
+	m := autoscaling.Machine{Provider: "gce", Capabilities: caps,
+		Request: providers.CreateRequest{Name: "g1-a", Group: "g1", Standby: providers.StandbyStopped}}
+	standby, err := b.UserData(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(standby); !strings.Contains(s, "PREBAKE_STANDBY_RESUME='gce-metadata'") || !strings.Contains(s, bootstrap.StandbyResumeUnitPath) {
+		t.Errorf("the standby's user-data lacks the resume hook: %.300q", s)
+	}
+	m.Request.Standby = ""
+	joining, err := b.UserData(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(joining); !strings.Contains(s, "PREBAKE_STANDBY_RESUME=''") || strings.Contains(s, bootstrap.StandbyResumeUnitPath) {
+		t.Errorf("the resume's user-data installs the hook: %.300q", s)
+	}
+}
