@@ -185,7 +185,7 @@ func (p *Provider) builderResource(spec imagecatalog.BuilderSpec, zone string, m
 	if p.o.Subnetwork != "" {
 		ni.Subnetwork = proto.String(p.o.Subnetwork)
 	}
-	items := []*computepb.Items{{Key: proto.String("enable-guest-attributes"), Value: proto.String("TRUE")}}
+	items := []*computepb.Items{{Key: proto.String(enableGuestAttributes), Value: proto.String("TRUE")}}
 	if len(spec.UserData) > 0 {
 		items = append(items, &computepb.Items{Key: proto.String("user-data"), Value: proto.String(string(spec.UserData))})
 	}

@@ -20,6 +20,11 @@
 //     shared by all the compute clients.
 //   - User-data is passed through as the metadata item user-data and never
 //     logged.
+//   - Warm-pool standbys (standby.go) carry the label prebake-dev_standby;
+//     Resume removes it before it sets the join user-data (setMetadata) and
+//     starts or resumes the instance, so no instance is both a standby and
+//     joined. The standby's resume hook runs the new user-data, since the
+//     instance-id, and so cloud-init's once-per-instance run, persists.
 //   - The provider is also the image catalog's backend (builder.go, images.go):
 //     image builders are instances without the ownership labels and without
 //     a service account, that report through a guest attribute

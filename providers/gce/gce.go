@@ -15,6 +15,7 @@ import (
 	"google.golang.org/api/option"
 	httptransport "google.golang.org/api/transport/http"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -215,10 +216,13 @@ func (p *Provider) Name() string { return "gce" }
 // Capabilities implements providers.Provider: instances boot catalog images
 // (images.go) and read the user-data metadata item with cloud-init (or
 // Ignition). Prices come from Options.Prices: the Compute API has none.
+// Warm-pool standbys park stopped or suspended and get their join through
+// the resume hook (standby.go).
 func (p *Provider) Capabilities() providers.Capabilities {
 	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit,
 		PriceFix: "add the machine type and the group's region to providers.gce.prices (the Compute API has no prices; " +
-			"Google publishes them at https://cloud.google.com/compute/vm-instance-pricing)"}
+			"Google publishes them at https://cloud.google.com/compute/vm-instance-pricing)",
+		Standby: standbyStates, StandbyResume: bootstrap.ResumeByGCEMetadata}
 }
 
 // TopologyLabels implements providers.Provider: nodes carry zone=<zone> and
@@ -325,15 +329,4 @@ func pollPause() func(ctx context.Context) error {
 			return nil
 		}
 	}
-}
-
-// Park implements providers.Provider: this provider keeps no warm pool;
-// instances.stop/suspend are not wired yet (docs/warm-pool.md, "Not done yet").
-func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
-	return providers.StandbyUnsupported("gce")
-}
-
-// Resume implements providers.Provider: this provider keeps no warm pool.
-func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
-	return providers.Instance{}, providers.StandbyUnsupported("gce")
 }

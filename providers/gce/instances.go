@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,7 +39,11 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 		}
 		zone := strings.TrimPrefix(pair.Key, "zones/")
 		for _, in := range pair.Value.GetInstances() {
-			out = append(out, p.instance(zone, in))
+			li := p.instance(zone, in)
+			if li.Standby.Phase == providers.StandbyWarming && in.GetStatus() == "RUNNING" {
+				p.standbyStatus(ctx, zone, in, &li)
+			}
+			out = append(out, li)
 		}
 	}
 	return out, nil
@@ -64,6 +69,10 @@ func (p *Provider) instance(zone string, in *computepb.Instance) providers.Insta
 	}
 	if out.ImageKind == "" {
 		out.ImageKind = providers.ImageRuntimeInstall
+	}
+	if out.Standby = standbyOf(in); out.Standby.Phase != providers.StandbyNone && out.State == providers.StateDeleting {
+		// A standby STOPPING or SUSPENDING is being parked, not deleted.
+		out.State = providers.StateRunning
 	}
 	return out
 }
@@ -121,6 +130,12 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if image != "" {
 		labels[providers.LabelImage] = image
 	}
+	if req.Standby != "" {
+		if !slices.Contains(standbyStates, req.Standby) {
+			return providers.Instance{}, fmt.Errorf("gce: create standby %q (group %q): %w: state %q; the gce provider parks standbys stopped or suspended", req.Name, req.Group, providers.ErrStandbyUnsupported, req.Standby)
+		}
+		labels[providers.LabelStandby] = string(req.Standby)
+	}
 	body := p.instanceResource(req, mt, source, ToGCE(labels))
 	op, err := p.instances.Insert(ctx, &computepb.InsertInstanceRequest{Project: p.o.Project, Zone: req.Location, InstanceResource: body})
 	if isConflict(err) {
@@ -138,10 +153,14 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 			req.Name, req.Group, req.MachineType, req.Location, err)
 	}
 	p.log.Info("gce instance created", "group", req.Group, "instance", req.Name, "providerID", p.mustID(req))
-	return providers.Instance{
+	out := providers.Instance{
 		ProviderID: p.mustID(req), Name: req.Name, Group: req.Group, State: providers.StateCreating,
 		Image: image, ImageKind: kind, CreatedAt: p.o.Now(),
-	}, nil
+	}
+	if req.Standby != "" {
+		out.Standby = providers.Standby{State: req.Standby, Phase: providers.StandbyWarming}
+	}
+	return out, nil
 }
 
 // maxUserData is GCE's limit on one metadata value, which user-data is:
@@ -192,8 +211,16 @@ func (p *Provider) instanceResource(req providers.CreateRequest, mt providers.Ma
 	if p.o.WireGuardFirewall {
 		in.Tags = &computepb.Tags{Items: []string{p.WireGuardTag()}}
 	}
+	var items []*computepb.Items
 	if len(req.UserData) > 0 {
-		in.Metadata = &computepb.Metadata{Items: []*computepb.Items{{Key: proto.String("user-data"), Value: proto.String(string(req.UserData))}}}
+		items = append(items, &computepb.Items{Key: proto.String("user-data"), Value: proto.String(string(req.UserData))})
+	}
+	if req.Standby != "" {
+		// The standby reports its status as a guest attribute (standby.go).
+		items = append(items, &computepb.Items{Key: proto.String(enableGuestAttributes), Value: proto.String("TRUE")})
+	}
+	if len(items) > 0 {
+		in.Metadata = &computepb.Metadata{Items: items}
 	}
 	if mt.GPUs > 0 {
 		// GPU machines can't live-migrate: GCE refuses them unless host

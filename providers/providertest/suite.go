@@ -334,9 +334,10 @@ func runCreateError[T tb.T[T]](t T, s Setup[T], c CreateErrorCase[T]) {
 }
 
 // runStandby checks Park and Resume: unsupported where the provider
-// declares no standby state; otherwise a standby is listed as one, parks,
-// and once resumed is listed as a machine that joins, with the marker gone
-// before the machine runs again.
+// declares no standby state; otherwise, for each state it declares, a
+// standby is listed as one, parks, is listed parked by a restarted
+// provider (Setup.Reopen), and once that one resumes it is listed as a
+// machine that joins, with the marker gone before the machine runs again.
 func runStandby[T tb.T[T]](t T, s Setup[T]) {
 	p := s.New(t)
 	ctx := context.Background()
@@ -355,8 +356,15 @@ func runStandby[T tb.T[T]](t T, s Setup[T]) {
 			t.Fatalf("Capabilities.Standby declares %q, which is no providers.StandbyState", st)
 		}
 	}
-	state := caps.Standby[0]
-	req := s.request("conf-s1")
+	for _, state := range caps.Standby {
+		t.Run(string(state), func(t T) { runStandbyState(t, s, state) })
+	}
+}
+
+func runStandbyState[T tb.T[T]](t T, s Setup[T], state providers.StandbyState) {
+	p := s.New(t)
+	ctx := context.Background()
+	req := s.request("conf-s-" + string(state))
 	req.Standby = state
 	in, err := p.Create(ctx, req)
 	if err != nil {
@@ -374,9 +382,16 @@ func runStandby[T tb.T[T]](t T, s Setup[T]) {
 	if err := p.Park(ctx, in.ProviderID, state); err != nil {
 		t.Fatalf("Park of a parked standby: %v", err)
 	}
-	waitListed(t, p, in.ProviderID, "a parked standby", func(l providers.Instance) bool {
+	parked := func(l providers.Instance) bool {
 		return l.Standby == providers.Standby{State: state, Phase: providers.StandbyParked} && l.Error == nil
-	})
+	}
+	waitListed(t, p, in.ProviderID, "a parked standby", parked)
+	if s.Reopen != nil {
+		// What the standby is, is in the cloud: a restarted plugin sees it
+		// parked and takes it.
+		p = s.Reopen(t, p)
+		waitListed(t, p, in.ProviderID, "a parked standby after a restart", parked)
+	}
 	got, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n"))
 	if err != nil {
 		t.Fatalf("Resume: %v", err)
