@@ -351,8 +351,10 @@ func (p *Provider) serverTypes(ctx context.Context) (map[string]*hcloud.ServerTy
 	return m, nil
 }
 
-// Park implements providers.Provider: this provider keeps no warm pool;
-// power off/on is not wired yet (docs/warm-pool.md, "Not done yet").
+// Park implements providers.Provider: this provider keeps no warm pool. A
+// server's user_data can't change after it is created, so a resumed
+// standby would never get its join; docs/warm-pool.md ("Hetzner") says
+// what is missing. Powering off and on is in power.go.
 func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
 	return providers.StandbyUnsupported("hcloud")
 }

@@ -6,6 +6,10 @@
 // The JSON bodies are hcloud-go's own schema types, so request and response
 // shapes match what the client sends and parses.
 //
+// Server power actions (poweroff, shutdown, poweron; power.go) move a server
+// between running, off and starting as actions that complete, and refuse
+// one while another action of the server runs (423 locked).
+//
 // Labels are checked by the API's rules wherever they are sent (server
 // create and update, image create and update), with the API's 400
 // invalid_input answer.

@@ -72,7 +72,9 @@ type server struct {
 	firewalls      []int64
 	sshKeys        []int64
 	placementGroup int64
-	started        bool      // start_after_create
+	started        bool      // powered on: start_after_create, then poweron/poweroff (power.go)
+	poweringOn     bool      // a poweron action runs: "starting"
+	ignoresACPI    bool      // a shutdown's action succeeds, the server runs on (IgnoreACPI)
 	deleteAt       time.Time // zero unless deleting
 }
 
@@ -249,6 +251,8 @@ func (f *Fake) view(s *server, now time.Time) schema.Server {
 		v.Status = "deleting"
 	case age < f.opts.Initializing:
 		v.Status = "initializing"
+	case s.poweringOn:
+		v.Status = "starting"
 	case !s.started:
 		v.Status = "off"
 	case age < f.opts.Initializing+f.opts.Starting:
@@ -351,10 +355,10 @@ func (f *Fake) route(w http.ResponseWriter, r *http.Request, now time.Time) {
 		if ok {
 			f.createImage(w, r, id, now)
 		}
-	case len(parts) == 4 && parts[0] == "servers" && parts[2] == "actions" && (parts[3] == "shutdown" || parts[3] == "poweroff") && r.Method == http.MethodPost:
+	case len(parts) == 4 && parts[0] == "servers" && parts[2] == "actions" && powerCommands[parts[3]] != "" && r.Method == http.MethodPost:
 		id, ok := parseID(w, parts[1])
 		if ok {
-			f.stopServer(w, id, parts[3], now)
+			f.powerServer(w, id, parts[3], now)
 		}
 	case len(parts) == 1 && parts[0] == "actions" && r.Method == http.MethodGet:
 		f.listActions(w, r)

@@ -151,20 +151,6 @@ func invalidLabels(why string) APIError {
 		Fields: []FieldError{{Name: "labels", Messages: []string{why}}}}
 }
 
-// stopServer answers shutdown (ACPI, graceful) and poweroff: the server is
-// "off" once the action ends, as image builds want before a snapshot.
-func (f *Fake) stopServer(w http.ResponseWriter, id int64, command string, now time.Time) {
-	s, ok := f.servers[id]
-	if !ok || !s.deleteAt.IsZero() {
-		notFound(w)
-		return
-	}
-	a := f.newAction(map[string]string{"shutdown": "shutdown_server", "poweroff": "stop_server"}[command], now, schema.ActionResourceReference{ID: id, Type: "server"})
-	a.onDone = func(failed bool) { s.started = s.started && failed }
-	f.settle(now)
-	writeJSON(w, http.StatusCreated, schema.ServerActionShutdownResponse{Action: a.schema})
-}
-
 func (f *Fake) updateImage(w http.ResponseWriter, r *http.Request, id int64, _ time.Time) {
 	im, ok := f.images[id]
 	if !ok {
