@@ -65,7 +65,7 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 	}
 
 	var runs [][]Measured
-	var cols []string
+	var cols, sched []string
 	nodes := map[string]*nodeAndID{}
 	for _, p := range []struct{ key, group, kind string }{{vanillaPod, groupVanilla, "runtime-install"}, {prebakedPod, groupPrebaked, "prebaked"}} {
 		in := s.waitInstance(p.key, func(in standin.Instance) bool { return !in.PodRunning.IsZero() && !in.Ready.IsZero() })
@@ -114,6 +114,7 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 		}
 		runs = append(runs, run)
 		cols = append(cols, fmt.Sprintf("%s (%s)", p.kind, node.Name))
+		sched = append(sched, s.scheduledNote(p.key, node.Name, in))
 		nodes[p.group] = &nodeAndID{name: node.Name, id: in.ID, container: ct.ID, volume: strings.TrimPrefix(ct.Name, "/") + "-containerd"}
 		t.Logf("%s node %s: install %s (%s); installed %v", p.kind, node.Name, inst.Result, inst.Detail, boot.Status.Installed)
 	}
@@ -133,7 +134,8 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 
 	c := Compare(fmt.Sprintf("Pending pod → pod Running on real nodes (docker provider, %s), measured:", w.HostDescription(s.ctx)), cols, runs...)
 	c.Notes = append(c.Notes, fmt.Sprintf("prebaked image %s: built by `prebake images build` in %s (builder boot, install, pod images pulled, commit).", img.ID, img.Took.Round(time.Second)),
-		"Binaries come from a file server on the Docker network's gateway (the stand-in for the upstream download, sha256-checked); Debian packages from Debian's mirror; pod images from a local registry.")
+		"Binaries come from a file server on the Docker network's gateway (the stand-in for the upstream download, sha256-checked); Debian packages from Debian's mirror; pod images from a local registry.",
+		"Where Node Ready → pod Running went (PodScheduled and the container's start, API times in whole seconds): "+strings.Join(sched, "; ")+".")
 	t.Logf("\n%s", c.Markdown())
 	addReport(c)
 
@@ -356,4 +358,27 @@ func (s *scenario) runTimeline(args ...string) string {
 		s.t.Fatalf("prebake timeline %v: %v\n%s", args, err, errOut.String())
 	}
 	return out.String()
+}
+
+// scheduledNote says when kube-scheduler bound the pod and when its container started,
+// against the Node Ready the stand-in saw: the two parts of Node Ready → pod Running.
+func (s *scenario) scheduledNote(key, node string, in standin.Instance) string {
+	ns, name, _ := strings.Cut(key, "/")
+	p, err := s.w.Kube.CoreV1().Pods(ns).Get(s.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("%s: %v", node, err)
+	}
+	var bound, started time.Time
+	for _, c := range p.Status.Conditions {
+		if c.Type == "PodScheduled" && c.Status == "True" {
+			bound = c.LastTransitionTime.Time
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running != nil {
+			started = c.State.Running.StartedAt.Time
+		}
+	}
+	return fmt.Sprintf("%s: bound %s after Ready, container started %s after Ready", node,
+		bound.Sub(in.Ready).Round(100*time.Millisecond), started.Sub(in.Ready).Round(100*time.Millisecond))
 }

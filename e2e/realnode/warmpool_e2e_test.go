@@ -12,6 +12,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/wait"
 	"github.com/prebake-dev/prebake/providers/docker"
@@ -62,7 +63,12 @@ func TestWarmPoolResumeAgainstFreshCreate(t *testing.T) {
 	if l := s.listed(groupPool); len(l) != 0 {
 		t.Errorf("NodeGroupNodes %s lists %v while the standby is parked: CA must see no standby", groupPool, l)
 	}
-	firstStatus, _, err := Status(s.ctx, w.Engine, standbyName)
+	// The container is stopped: read its status file out of it (no exec).
+	raw, err := readFile(s.ctx, w.Engine, standbyName, bootstrap.DefaultStatusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstStatus, err := bootstrap.ParseStatus(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
