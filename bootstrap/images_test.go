@@ -237,3 +237,34 @@ func TestBuilderBakesItsImagesAndTheNodeChecksThem(t *testing.T) {
 		t.Error("node.sh's main does not run the images phase after configure when the manifest lists images")
 	}
 }
+
+// A manifest written without container images (a recipe without containerImages, or a
+// vanilla node's runtime install) is valid JSON, and says no images.
+func TestManifestWithoutImagesIsValidJSON(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "etc", "prebake", "manifest.json")
+	ud, err := RenderBuilder(BuilderInput{Provider: "docker", Components: []Component{{Name: "containerd", Version: "1.6.20~ds1-1+b1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	builder, _, ok := strings.Cut(string(ud.Script), "\ntrap - EXIT\ncase ")
+	if !ok {
+		t.Fatal("builder script has no step dispatch")
+	}
+	builder += "\nMANIFEST=" + shQuote(manifest) + "\ntrap - EXIT\nPHASE=record\nbuilder_phase_record\n"
+	if out, err := exec.Command("sh", "-c", builder).CombinedOutput(); err != nil {
+		t.Fatalf("builder record phase: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseManifest(data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	if len(m.ContainerImages) != 0 || m.Components["containerd"] != "1.6.20~ds1-1+b1" {
+		t.Errorf("manifest %+v: want containerd and no container images", m)
+	}
+}

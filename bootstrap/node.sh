@@ -270,9 +270,13 @@ write_manifest() {
 	prebake_components
 	comps=$(printf '%s\n' "$MANIFEST_COMPONENTS" | grep = | sort | awk -F= '{ printf "%s\"%s\":\"%s\"", (n++ ? "," : ""), $1, substr($0, length($1) + 2) }')
 	images=$(printf '%s\n' "$MANIFEST_IMAGES" | awk 'NF == 2 { printf "%s\"%s\":\"%s\"", (n++ ? "," : ""), $1, $2 }')
+	# Built apart: a } inside ${images:+...} would end the expansion early, and a
+	# manifest without images would get a stray brace.
+	images_json=""
+	if [ -n "$images" ]; then images_json=",\"containerImages\":{$images}"; fi
 	uu=false
 	if [ "$UU_DISABLED" = true ] || [ "$MANIFEST_UU" = true ]; then uu=true; fi
-	put_file "$MANIFEST" 0644 none "{\"components\":{$comps},\"sysctls\":$PREBAKE_SYSCTLS_JSON,\"modules\":$PREBAKE_MODULES_JSON,\"unattendedUpgradesDisabled\":$uu${images:+,\"containerImages\":{$images}}}
+	put_file "$MANIFEST" 0644 none "{\"components\":{$comps},\"sysctls\":$PREBAKE_SYSCTLS_JSON,\"modules\":$PREBAKE_MODULES_JSON,\"unattendedUpgradesDisabled\":$uu$images_json}
 "
 }
 
