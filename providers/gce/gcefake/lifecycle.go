@@ -109,7 +109,10 @@ func (f *Fake) noop(in *instance, kind string) *operation {
 	return f.newOperation(in.project, "zones/"+in.zone, kind, in.pb.GetSelfLink(), in.pb.GetId(), nil)
 }
 
-func (f *Fake) stopInstance(project, zone, name string, ft *Fault) (proto.Message, *apiError) {
+// lifecycleCall answers one of instances.stop, start, suspend and resume:
+// under f.mu, on the settled instance, decide says what the call does in
+// the instance's state (an operation, or the API's error for that state).
+func (f *Fake) lifecycleCall(project, zone, name string, decide func(in *instance) (*operation, *apiError)) (proto.Message, *apiError) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settle()
@@ -117,82 +120,65 @@ func (f *Fake) stopInstance(project, zone, name string, ft *Fault) (proto.Messag
 	if aerr != nil {
 		return nil, aerr
 	}
-	var op *operation
-	switch in.power {
-	case powerTerminated, powerStopping:
-		op = f.noop(in, "stop")
-	case powerOn, powerSuspended:
-		op = f.transition(in, "stop", powerStopping, powerTerminated, ft)
-	default:
-		return nil, notReady(project, zone, name)
+	op, aerr := decide(in)
+	if aerr != nil {
+		return nil, aerr
 	}
 	f.settle()
 	return proto.CloneOf(op.pb), nil
+}
+
+func (f *Fake) stopInstance(project, zone, name string, ft *Fault) (proto.Message, *apiError) {
+	return f.lifecycleCall(project, zone, name, func(in *instance) (*operation, *apiError) {
+		switch in.power {
+		case powerTerminated, powerStopping:
+			return f.noop(in, "stop"), nil
+		case powerOn, powerSuspended:
+			return f.transition(in, "stop", powerStopping, powerTerminated, ft), nil
+		}
+		return nil, notReady(project, zone, name)
+	})
 }
 
 func (f *Fake) startInstance(project, zone, name string, ft *Fault) (proto.Message, *apiError) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.settle()
-	in, aerr := f.lifecycleInstance(project, zone, name)
-	if aerr != nil {
-		return nil, aerr
-	}
-	var op *operation
-	switch in.power {
-	case powerOn, powerStarting:
-		op = f.noop(in, "start")
-	case powerTerminated:
-		op = f.transition(in, "start", powerStarting, powerOn, ft)
-	case powerSuspended:
-		return nil, unsupported(fmt.Sprintf("The instance 'projects/%s/zones/%s/instances/%s' is suspended; resume it (instances.resume).", project, zone, name))
-	default:
+	return f.lifecycleCall(project, zone, name, func(in *instance) (*operation, *apiError) {
+		switch in.power {
+		case powerOn, powerStarting:
+			return f.noop(in, "start"), nil
+		case powerTerminated:
+			return f.transition(in, "start", powerStarting, powerOn, ft), nil
+		case powerSuspended:
+			return nil, unsupported(fmt.Sprintf("The instance 'projects/%s/zones/%s/instances/%s' is suspended; resume it (instances.resume).", project, zone, name))
+		}
 		return nil, notReady(project, zone, name)
-	}
-	f.settle()
-	return proto.CloneOf(op.pb), nil
+	})
 }
 
 func (f *Fake) suspendInstance(project, zone, name string, ft *Fault) (proto.Message, *apiError) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.settle()
-	in, aerr := f.lifecycleInstance(project, zone, name)
-	if aerr != nil {
-		return nil, aerr
-	}
-	switch st := f.status(in); st {
-	case "RUNNING":
-	case "TERMINATED", "STOPPING":
-		return nil, unsupported("You cannot suspend an instance that is stopped or terminated.")
-	case "SUSPENDED", "SUSPENDING":
-		return nil, unsupported("You cannot suspend an already suspended instance.")
-	default:
+	return f.lifecycleCall(project, zone, name, func(in *instance) (*operation, *apiError) {
+		switch f.status(in) {
+		case "RUNNING":
+			return f.transition(in, "suspend", powerSuspending, powerSuspended, ft), nil
+		case "TERMINATED", "STOPPING":
+			return nil, unsupported("You cannot suspend an instance that is stopped or terminated.")
+		case "SUSPENDED", "SUSPENDING":
+			return nil, unsupported("You cannot suspend an already suspended instance.")
+		}
 		return nil, notReady(project, zone, name)
-	}
-	op := f.transition(in, "suspend", powerSuspending, powerSuspended, ft)
-	f.settle()
-	return proto.CloneOf(op.pb), nil
+	})
 }
 
 func (f *Fake) resumeInstance(project, zone, name string, ft *Fault) (proto.Message, *apiError) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.settle()
-	in, aerr := f.lifecycleInstance(project, zone, name)
-	if aerr != nil {
-		return nil, aerr
-	}
-	switch st := f.status(in); st {
-	case "SUSPENDED":
-	case "SUSPENDING", "STOPPING":
-		return nil, notReady(project, zone, name)
-	default:
-		return nil, unsupported(fmt.Sprintf("You cannot resume an instance that is not suspended: 'projects/%s/zones/%s/instances/%s' is %s.", project, zone, name, st))
-	}
-	op := f.transition(in, "resume", powerResuming, powerOn, ft)
-	f.settle()
-	return proto.CloneOf(op.pb), nil
+	return f.lifecycleCall(project, zone, name, func(in *instance) (*operation, *apiError) {
+		switch st := f.status(in); st {
+		case "SUSPENDED":
+			return f.transition(in, "resume", powerResuming, powerOn, ft), nil
+		case "SUSPENDING", "STOPPING":
+			return nil, notReady(project, zone, name)
+		default:
+			return nil, unsupported(fmt.Sprintf("You cannot resume an instance that is not suspended: 'projects/%s/zones/%s/instances/%s' is %s.", project, zone, name, st))
+		}
+	})
 }
 
 // setInstanceLabels answers instances.setLabels: the labels replace the
