@@ -65,14 +65,23 @@ func (c *Core) Sync(ctx context.Context, force bool) {
 		wg.Go(func() { c.syncProvider(ctx, p) })
 	}
 	wg.Wait()
-	if len(due) > 0 {
-		c.kickPools() // standbys may have moved on (prepared, failed)
+	if len(due) > 0 && c.poolsConfigured() {
+		// Standbys may have moved on (prepared, failed). Without a pool the
+		// loop's own tick is enough: a kick per Sync would take the core's
+		// write lock for nothing on every refresh.
+		c.kickPools()
 	}
 }
 
 // syncLoop keeps the snapshot fresh: every TTL, and at once when Refresh
 // finds it stale.
 func (c *Core) syncLoop(ctx context.Context) {
+	c.tickLoop(ctx, c.kick, func(ctx context.Context) { c.Sync(ctx, false) })
+}
+
+// tickLoop runs fn every refresh interval and whenever kick fires, until
+// ctx ends: the shape of the sync and pool loops.
+func (c *Core) tickLoop(ctx context.Context, kick <-chan struct{}, fn func(context.Context)) {
 	t := time.NewTicker(c.opts.RefreshInterval)
 	defer t.Stop()
 	for {
@@ -80,9 +89,9 @@ func (c *Core) syncLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-c.kick:
+		case <-kick:
 		}
-		c.Sync(ctx, false)
+		fn(ctx)
 	}
 }
 

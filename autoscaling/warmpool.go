@@ -304,19 +304,22 @@ func (c *Core) kickPools() {
 	}
 }
 
-// poolLoop tends the warm pools every refresh interval and when kicked.
-func (c *Core) poolLoop(ctx context.Context) {
-	t := time.NewTicker(c.opts.RefreshInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-c.poolKick:
+// poolsConfigured reports whether any group has a warm pool. The groups are
+// fixed once New returns, so it needs no lock.
+func (c *Core) poolsConfigured() bool {
+	for _, g := range c.groups {
+		if g.spec.WarmPool.Size > 0 {
+			return true
 		}
-		c.TendPools(ctx)
 	}
+	return false
+}
+
+// poolLoop tends the warm pools every refresh interval and when kicked.
+// Its ticks also clean up standbys a restarted prebake adopted after their
+// group's pool was removed from the config.
+func (c *Core) poolLoop(ctx context.Context) {
+	c.tickLoop(ctx, c.poolKick, c.TendPools)
 }
 
 // park is the worker's Park of a prepared standby.
