@@ -25,6 +25,9 @@
 //     expired ones it made and no others; Tokens.Delete revokes one after its node joined.
 //     Tokens.CreateForNode labels the token NodeLabel=<node>, so DeleteForNode can revoke
 //     every token of a node that is gone (the image canary does).
+//   - NodeScript(cloudConfig) reads the node script back out of a rendered cloud-config, for
+//     a provider that runs it over SSH on a resumed warm-pool standby (ResumeBySSH, whose
+//     StandbyStatusCommand and StandbyJoinCommand are what it runs).
 //   - ParseStatus reads the status file the script writes (DefaultStatusPath);
 //     ParseNodeAnnotation reads its summary on the Node (NodeAnnotation).
 //   - RenderBuilder(BuilderInput) (UserData, error): an image builder's user-data. The same

@@ -539,7 +539,8 @@ prebake_main() {
 		# A warm-pool standby stops here, just before the join: its provider parks it once
 		# the status says prepared. When it is taken it gets user-data with a join token and
 		# this script runs again: install and configure find nothing to do, then it joins.
-		if [ -n "$PREBAKE_STANDBY_RESUME" ]; then run_phase standby phase_standby; fi
+		# Only the gce-metadata hook has anything to install; an ssh standby's provider logs in.
+		if [ "$PREBAKE_STANDBY_RESUME" = gce-metadata ]; then run_phase standby phase_standby; fi
 		PHASE=done
 		RESULT=prepared
 		write_status

@@ -1,6 +1,13 @@
 package bootstrap
 
-import _ "embed"
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"go.yaml.in/yaml/v3"
+)
 
 // StandbyResume is how a warm-pool standby (Options.Standby) gets the user-data it is
 // resumed with and says it is prepared, as its provider declares it
@@ -10,7 +17,9 @@ import _ "embed"
 // stopped machine a new instance-id with the new user-data needs nothing on the machine
 // (ResumeBySeed: docker writes a new NoCloud seed, and reads the status file itself). On a
 // cloud whose instance-id survives stop/start and suspend/resume (GCE), the new user-data
-// would never run; ResumeByGCEMetadata installs a hook that runs it.
+// would never run; ResumeByGCEMetadata installs a hook that runs it. Where the user-data can't
+// change at all and the machine can't learn of its join by itself (Hetzner), the provider
+// logs in and runs the script (ResumeBySSH).
 type StandbyResume string
 
 const (
@@ -27,6 +36,27 @@ const (
 	// is prepared or failed. The hook needs curl and python3 with PyYAML (cloud-init's own
 	// dependency); the script checks them before it says prepared.
 	ResumeByGCEMetadata StandbyResume = "gce-metadata"
+	// ResumeBySSH: nothing on the machine; its provider reaches it over SSH. A Hetzner
+	// server's user_data is fixed at create and a server can't read its own labels without a
+	// project token, so the provider puts a host key of its making and its own login key in
+	// the standby's cloud-config (WithSSHAccess), reads the status file with
+	// StandbyStatusCommand, and when the standby is taken pipes the node script of the
+	// cloud-config it is resumed with (NodeScript) to StandbyJoinCommand.
+	ResumeBySSH StandbyResume = "ssh"
+)
+
+// The commands a ResumeBySSH provider runs on a standby, as root.
+const (
+	// StandbyStatusCommand prints the status file (Status as JSON); nothing while the script
+	// has written none.
+	StandbyStatusCommand = "cat " + DefaultStatusPath + " 2>/dev/null || true"
+	// StandbyJoinCommand reads the node script on its stdin, writes it to ScriptPath (root
+	// only, where cloud-init wrote the standby's own) and starts it as the transient unit
+	// prebake-join.service, as cloud-init's runcmd would run it, and returns once the unit is
+	// started: the join runs on without the connection, so it outlives a provider call's
+	// deadline. While a unit of that name exists, a second start fails.
+	StandbyJoinCommand = "umask 077 && cat >" + ScriptPath + ".new && mv -f " + ScriptPath + ".new " + ScriptPath +
+		" && systemd-run --unit=prebake-join --collect --quiet sh " + ScriptPath
 )
 
 // Where ResumeByGCEMetadata puts its hook, and the guest attribute its report goes to.
@@ -68,10 +98,10 @@ WantedBy=multi-user.target
 func (r StandbyResume) validate(standby bool, bad func(format string, args ...any)) {
 	switch {
 	case r == ResumeBySeed:
-	case r != ResumeByGCEMetadata:
-		bad("standbyResume %q: want %q or empty (the provider gives the stopped machine a new instance-id)", string(r), ResumeByGCEMetadata)
+	case r != ResumeByGCEMetadata && r != ResumeBySSH:
+		bad("standbyResume %q: want %q, %q or empty (the provider gives the stopped machine a new instance-id)", string(r), ResumeByGCEMetadata, ResumeBySSH)
 	case !standby:
-		bad("standbyResume %q: only a warm-pool standby's user-data (options.standby) installs a resume hook", string(r))
+		bad("standbyResume %q: only a warm-pool standby's user-data (options.standby) is resumed", string(r))
 	}
 }
 
@@ -84,4 +114,26 @@ func standbyFiles(in Input) []file {
 		{StandbyResumeScriptPath, "0755", "standby", standbyResumeScript},
 		{StandbyResumeUnitPath, "0644", "standby", standbyResumeUnit},
 	}
+}
+
+// NodeScript returns the node script of a cloud-config Render made: its write_files entry at
+// ScriptPath. A ResumeBySSH provider is handed the cloud-config a created machine would get,
+// and runs this script of it itself. A cloud-config without one (a userDataFile's) is an
+// error: there is nothing prebake knows how to run. The errors never quote the user-data
+// (it holds a join token).
+func NodeScript(userData []byte) ([]byte, error) {
+	body, ok := bytes.CutPrefix(userData, []byte("#cloud-config\n"))
+	if !ok {
+		return nil, errors.New("bootstrap: the user-data is no #cloud-config, so it holds no node script")
+	}
+	var cc cloudConfig
+	if err := yaml.Unmarshal(body, &cc); err != nil {
+		return nil, errors.New("bootstrap: the user-data is no valid cloud-config YAML, so its node script can't be read")
+	}
+	for _, f := range cc.WriteFiles {
+		if f.Path == ScriptPath && f.Content != "" {
+			return []byte(f.Content), nil
+		}
+	}
+	return nil, fmt.Errorf("bootstrap: the cloud-config writes no node script to %s: it is not what bootstrap renders (a userDataFile?), and a standby resumed over SSH runs that script", ScriptPath)
 }

@@ -69,7 +69,7 @@ func TestStandbyStopsBeforeTheJoin(t *testing.T) {
 	stubs := func(dir string) string {
 		rec := shQuote(filepath.Join(dir, "ran"))
 		var b strings.Builder
-		for _, ph := range []string{"manifest", "plan", "install", "configure", "kubelet", "join", "podnetwork", "address"} {
+		for _, ph := range []string{"manifest", "plan", "install", "configure", "kubelet", "join", "podnetwork", "address", "standby"} {
 			b.WriteString("phase_" + ph + "() { echo " + ph + " >>" + rec + "; }\n")
 		}
 		b.WriteString("annotate_node() { :; }\nprebake_main\ncat \"$PREBAKE_STATUS\"\n")
@@ -82,6 +82,8 @@ func TestStandbyStopsBeforeTheJoin(t *testing.T) {
 		wantResult string
 	}{
 		{"standby", standbyInput(), "manifest plan install configure", `"result":"prepared"`},
+		// Its provider logs in to resume it: there is no hook to install.
+		{"ssh standby", sshStandbyInput(), "manifest plan install configure", `"result":"prepared"`},
 		{"taken", validInput("docker"), "manifest plan install configure kubelet join", `"result":"ok"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,6 +128,14 @@ func gceStandbyInput() Input {
 	return in
 }
 
+// sshStandbyInput is a standby whose provider resumes it over SSH (hcloud).
+func sshStandbyInput() Input {
+	in := standbyInput()
+	in.Provider = "hcloud"
+	in.StandbyResume = ResumeBySSH
+	return in
+}
+
 // The hook is rendered only into a GCE standby's script; a docker standby's
 // and every joining script have none, and asking for one outside a
 // standby, or for an unknown mechanism, names the field.
@@ -155,14 +165,22 @@ func TestStandbyResumeHookIsRenderedOnlyWhereAsked(t *testing.T) {
 			t.Errorf("%s: the script has a resume hook", name)
 		}
 	}
+	if s := render(sshStandbyInput()); !strings.Contains(s, "prebake_standby_files() {\n\t:\n}") || !strings.Contains(s, "PREBAKE_STANDBY_RESUME='ssh'") {
+		t.Errorf("an ssh standby's script has a resume hook, or does not say how it is resumed")
+	}
 	in := validInput("gce")
 	in.StandbyResume = ResumeByGCEMetadata
 	if _, err := Render(in); err == nil || !strings.Contains(err.Error(), `standbyResume "gce-metadata": only a warm-pool standby's user-data`) {
 		t.Errorf("a hook on a joining node: %v", err)
 	}
+	in = validInput("hcloud")
+	in.StandbyResume = ResumeBySSH
+	if _, err := Render(in); err == nil || !strings.Contains(err.Error(), `standbyResume "ssh": only a warm-pool standby's user-data`) {
+		t.Errorf("ssh resume on a joining node: %v", err)
+	}
 	in = gceStandbyInput()
-	in.StandbyResume = "ssh"
-	if _, err := Render(in); err == nil || !strings.Contains(err.Error(), `standbyResume "ssh": want "gce-metadata" or empty`) {
+	in.StandbyResume = "carrier-pigeon"
+	if _, err := Render(in); err == nil || !strings.Contains(err.Error(), `standbyResume "carrier-pigeon": want "gce-metadata", "ssh" or empty`) {
 		t.Errorf("an unknown mechanism: %v", err)
 	}
 }
@@ -412,5 +430,31 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// NodeScript gives back the very script Render put in the cloud-config, for
+// a provider that runs it over SSH; anything else is refused without
+// quoting the user-data.
+func TestNodeScriptOfACloudConfig(t *testing.T) {
+	t.Parallel()
+	ud, err := Render(validInput("hcloud"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := NodeScript(ud.CloudConfig)
+	if err != nil || string(got) != string(ud.Script) {
+		t.Fatalf("NodeScript of a rendered cloud-config = %d bytes, %v; want the %d-byte script", len(got), err, len(ud.Script))
+	}
+	for _, tc := range []struct{ name, in, want string }{
+		{"a shell script", string(ud.Script), "is no #cloud-config"},
+		{"no node script", "#cloud-config\nruncmd: [[sh, -c, 'echo " + testToken + "']]\n", "writes no node script to " + ScriptPath},
+		{"another file", "#cloud-config\nwrite_files: [{path: /etc/motd, content: " + testToken + "}]\n", "writes no node script"},
+		{"bad YAML", "#cloud-config\nwrite_files: {path: " + testToken + "\n", "no valid cloud-config YAML"},
+	} {
+		_, err := NodeScript([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), testToken) {
+			t.Errorf("%s: NodeScript = %v, want an error with %q and no token", tc.name, err, tc.want)
+		}
 	}
 }
