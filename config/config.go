@@ -170,6 +170,28 @@ type HcloudProvider struct {
 	// PlacementGroup is the id of a spread placement group every server
 	// joins; 0 means none. Hetzner holds at most 10 servers in one.
 	PlacementGroup int64 `yaml:"placementGroup"`
+	// StandbySSHKey is the SSH client key (unencrypted, PEM or OpenSSH)
+	// prebake logs in to warm-pool standbys with, as root, to read their
+	// status and run their join: a Hetzner server's user-data can't change
+	// after it is created. From a file (a mounted Secret) or an environment
+	// variable, so a restarted prebake still reaches the standbys it made.
+	// A warmPool on an hcloud group needs it.
+	StandbySSHKey SecretRef `yaml:"standbySSHKey"`
+	// StandbySSHAddress is the address of a standby prebake dials: public
+	// (its public IPv4) or private (its IP in the first of Networks, for a
+	// prebake inside that network).
+	StandbySSHAddress string `yaml:"standbySSHAddress"`
+}
+
+// Values of HcloudProvider.StandbySSHAddress.
+const (
+	StandbySSHPublic  = "public"
+	StandbySSHPrivate = "private"
+)
+
+// HasStandbySSHKey reports whether StandbySSHKey names a key.
+func (h *HcloudProvider) HasStandbySSHKey() bool {
+	return h != nil && h.StandbySSHKey != (SecretRef{})
 }
 
 // SimulatedBoot is how long a kwok machine takes from creation until its

@@ -207,11 +207,14 @@ workers: {retries: 0}
     networks: [11]
     firewalls: [12, 13]
     sshKeys: [14]
-    placementGroup: 15`),
+    placementGroup: 15
+    standbySSHKey: {file: /etc/prebake/standby-ssh/key}
+    standbySSHAddress: private`),
 			want: func(c *Config) {
 				c.Providers.Hcloud = &HcloudProvider{
 					Token: SecretRef{File: "/etc/prebake/hcloud-token"}, Endpoint: "http://127.0.0.1:8080/v1", Image: "debian-12",
 					Networks: []int64{11}, Firewalls: []int64{12, 13}, SSHKeys: []int64{14}, PlacementGroup: 15,
+					StandbySSHKey: SecretRef{File: "/etc/prebake/standby-ssh/key"}, StandbySSHAddress: StandbySSHPrivate,
 				}
 			},
 		},
@@ -219,7 +222,7 @@ workers: {retries: 0}
 			name: "hcloud image defaults",
 			in:   edit(t, "kwok: {}", "kwok: {}\n  hcloud: {token: {env: HCLOUD_TOKEN}}"),
 			want: func(c *Config) {
-				c.Providers.Hcloud = &HcloudProvider{Token: SecretRef{Env: "HCLOUD_TOKEN"}, Image: "ubuntu-24.04"}
+				c.Providers.Hcloud = &HcloudProvider{Token: SecretRef{Env: "HCLOUD_TOKEN"}, Image: "ubuntu-24.04", StandbySSHAddress: StandbySSHPublic}
 			},
 		},
 		{
@@ -331,6 +334,24 @@ func TestParseErrors(t *testing.T) {
 				`test.yaml:11: providers.hcloud.placementGroup is -1`,
 			},
 			count: 5,
+		},
+		{
+			name: "hcloud standby SSH fields",
+			in: edit(t, "kwok: {}", `kwok: {}
+  hcloud:
+    token: {env: T}
+    standbySSHKey: {file: /k, env: K}
+    standbySSHAddress: tailnet`),
+			want: []string{
+				`test.yaml:8: providers.hcloud.standbySSHKey: set either file or env, not both`,
+				`test.yaml:9: providers.hcloud.standbySSHAddress "tailnet": use public (a standby's public IPv4) or private`,
+			},
+			count: 2,
+		},
+		{
+			name:  "hcloud standby SSH on a private address without networks",
+			in:    edit(t, "kwok: {}", "kwok: {}\n  hcloud: {token: {env: T}, standbySSHAddress: private}"),
+			exact: `test.yaml:6: providers.hcloud.standbySSHAddress is private, but no networks are set, so standbys have no private address; add the network prebake runs in to providers.hcloud.networks, or use public`,
 		},
 		{
 			name:  "hcloud token with file and env",

@@ -47,8 +47,13 @@ func (c *Config) applyDefaults(set map[string]bool) {
 	c.applyStaticDefaults(set)
 	c.applyDockerDefaults(set)
 	c.applyBootstrapDefaults(set)
-	if h := c.Providers.Hcloud; h != nil && unset("providers.hcloud.image") {
-		h.Image = defaultHcloudImage
+	if h := c.Providers.Hcloud; h != nil {
+		if unset("providers.hcloud.image") {
+			h.Image = defaultHcloudImage
+		}
+		if unset("providers.hcloud.standbySSHAddress") {
+			h.StandbySSHAddress = StandbySSHPublic
+		}
 	}
 	c.applyGceDefaults(unset)
 	if k := c.Providers.Kwok; k != nil {

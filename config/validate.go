@@ -222,6 +222,18 @@ func (v *validator) hcloud(h *HcloudProvider) {
 	if h.PlacementGroup < 0 {
 		v.errorf(p+".placementGroup", "%s.placementGroup is %d; use a placement group's id, or leave it out", p, h.PlacementGroup)
 	}
+	if k := h.StandbySSHKey; k.File != "" && k.Env != "" {
+		v.errorf(p+".standbySSHKey", "%s.standbySSHKey: set either file or env, not both", p)
+	}
+	switch h.StandbySSHAddress {
+	case StandbySSHPublic:
+	case StandbySSHPrivate:
+		if len(h.Networks) == 0 {
+			v.errorf(p+".standbySSHAddress", "%s.standbySSHAddress is private, but no networks are set, so standbys have no private address; add the network prebake runs in to %s.networks, or use public", p, p)
+		}
+	default:
+		v.errorf(p+".standbySSHAddress", "%s.standbySSHAddress %q: use public (a standby's public IPv4) or private (its IP in the first of networks)", p, short(h.StandbySSHAddress))
+	}
 }
 
 func (v *validator) kwok(k *KwokProvider) {

@@ -61,6 +61,11 @@ func (v *validator) groupWarmPool(p, name string, g NodeGroup) {
 	if wp.Size > 0 && g.UserDataFile != "" {
 		v.errorf(p, "%s: warmPool needs the user-data prebake renders, and userDataFile replaces it: a standby is prepared by one script and joins with another; remove one of them", name)
 	}
+	if wp.Size > 0 && g.Provider == "hcloud" && v.c.Providers.Hcloud != nil && !v.c.Providers.Hcloud.HasStandbySSHKey() {
+		// A Hetzner server's user-data is fixed at create: prebake runs a
+		// standby's join over SSH, and keeps the key across restarts.
+		v.errorf(p, "%s: %s: the hcloud provider runs a standby's join over SSH and has no key to log in with; set providers.hcloud.standbySSHKey (a private key from a mounted Secret, such as {file: /etc/prebake/standby-ssh/key}), or remove warmPool (docs/warm-pool.md)", name, p)
+	}
 }
 
 // CheckWarmPools refuses a warm pool on a group whose provider can't park

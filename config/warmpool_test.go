@@ -91,3 +91,25 @@ func TestCheckWarmPools(t *testing.T) {
 		t.Errorf("CheckWarmPools with both states declared = %v", err)
 	}
 }
+
+// A Hetzner standby is joined over SSH: a warmPool on an hcloud group
+// without providers.hcloud.standbySSHKey names the group, the field and
+// the fix; with the key it passes.
+func TestHcloudWarmPoolNeedsTheStandbyKey(t *testing.T) {
+	t.Parallel()
+	in := strings.Replace(base, "  kwok: {}\n", "  kwok: {}\n  hcloud: {token: {env: HCLOUD_TOKEN}}\n", 1) +
+		"  - {id: hot, provider: hcloud, maxSize: 3, machineType: cx22, location: fsn1, warmPool: {size: 1}}\n" +
+		"  - {id: cold, provider: hcloud, maxSize: 3, machineType: cx22, location: fsn1, warmPool: {size: 0}}\n"
+	_, err := Parse([]byte(in), "test.yaml")
+	want := `test.yaml:14: node group "hot": nodeGroups[1].warmPool: the hcloud provider runs a standby's join over SSH and has no key to log in with; set providers.hcloud.standbySSHKey`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Parse = %v, want an error with %q", err, want)
+	}
+	if strings.Contains(err.Error(), `"cold"`) || strings.Contains(err.Error(), `"small"`) {
+		t.Errorf("groups without an hcloud pool are refused too: %v", err)
+	}
+	keyed := strings.Replace(in, "hcloud: {token: {env: HCLOUD_TOKEN}}", "hcloud: {token: {env: HCLOUD_TOKEN}, standbySSHKey: {file: /etc/prebake/standby-ssh/key}}", 1)
+	if _, err := Parse([]byte(keyed), "test.yaml"); err != nil {
+		t.Errorf("an hcloud pool with standbySSHKey: %v", err)
+	}
+}
