@@ -54,7 +54,7 @@ func TestCreateSendsEverything(t *testing.T) {
 		UserData: "#cloud-config\njoin: secret\n",
 		Networks: []int64{1}, Firewalls: []int64{2, 3}, SSHKeys: []int64{4}, PlacementGroup: 5,
 	}
-	want.IPv4 = s.IPv4 // the fake's, from TEST-NET-1
+	want.IPv4, want.PrivateIPs = s.IPv4, s.PrivateIPs // the fake's, from TEST-NET-1 and 10.0.0.0/8
 	if diff := cmp.Diff(want, s); diff != "" {
 		t.Errorf("server (-want +got):\n%s", diff)
 	}

@@ -168,15 +168,17 @@ func (f *Fake) Live() int {
 
 // Server is a test's view of one server.
 type Server struct {
-	ID             int64
-	Name           string
-	Status         string
-	ServerType     string
-	Image          string // name, or id for snapshots
-	Location       string
-	Labels         map[string]string
-	UserData       string
-	IPv4           string // the public address; the fake's are in 192.0.2.0/24, TEST-NET-1, never dialled
+	ID         int64
+	Name       string
+	Status     string
+	ServerType string
+	Image      string // name, or id for snapshots
+	Location   string
+	Labels     map[string]string
+	UserData   string
+	IPv4       string // the public address; the fake's are in 192.0.2.0/24, TEST-NET-1, never dialled
+	// PrivateIPs are its addresses in Networks, in the same order (10.<index>.0.x).
+	PrivateIPs     []string
 	Networks       []int64
 	Firewalls      []int64
 	SSHKeys        []int64
@@ -201,9 +203,13 @@ func (f *Fake) Servers() []Server {
 				img = strconv.FormatInt(v.Image.ID, 10)
 			}
 		}
+		var private []string
+		for _, n := range v.PrivateNet {
+			private = append(private, n.IP)
+		}
 		out = append(out, Server{
 			ID: id, Name: v.Name, Status: v.Status, ServerType: v.ServerType.Name, Image: img,
-			Location: v.Location.Name, Labels: maps.Clone(v.Labels), UserData: s.userData, IPv4: v.PublicNet.IPv4.IP,
+			Location: v.Location.Name, Labels: maps.Clone(v.Labels), UserData: s.userData, IPv4: v.PublicNet.IPv4.IP, PrivateIPs: private,
 			Networks: slices.Clone(s.networks), Firewalls: slices.Clone(s.firewalls),
 			SSHKeys: slices.Clone(s.sshKeys), PlacementGroup: s.placementGroup,
 		})

@@ -62,7 +62,7 @@ func TestServerLifecycle(t *testing.T) {
 	want := []Server{{
 		ID: res.Server.ID, Name: "node-a", Status: "initializing", ServerType: "cx22", Image: "ubuntu-24.04", Location: "fsn1",
 		Labels: map[string]string{"prebake.dev/cluster": "c"}, UserData: "#cloud-config\n", IPv4: res.Server.PublicNet.IPv4.IP.String(),
-		Networks: []int64{7}, Firewalls: []int64{8}, SSHKeys: []int64{9}, PlacementGroup: 11,
+		PrivateIPs: []string{res.Server.PrivateNet[0].IP.String()}, Networks: []int64{7}, Firewalls: []int64{8}, SSHKeys: []int64{9}, PlacementGroup: 11,
 	}}
 	if diff := cmp.Diff(want, f.Servers()); diff != "" {
 		t.Fatalf("servers (-want +got):\n%s", diff)

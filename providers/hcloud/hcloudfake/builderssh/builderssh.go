@@ -1,8 +1,9 @@
-// Package builderssh plays, for tests, what cloud-init and sshd do on a Hetzner image builder:
-// it reads the host key and the authorized key from the user-data hcloudfake received and
-// serves SSH with them on loopback, one listener per server. Dial is hcloud.Options'
-// BuilderDial: it maps a fake server's public address (TEST-NET-1, never dialled) to its
-// listener. What a command does is the test's Exec: it stands in for the builder's shell.
+// Package builderssh plays, for tests, what cloud-init and sshd do on a Hetzner server that
+// prebake logs in to, an image builder or a warm-pool standby: it reads the host key and the
+// authorized key from the user-data hcloudfake received and serves SSH with them on loopback,
+// one listener per server. Dial is hcloud.Options' BuilderDial: it maps a fake server's public
+// or private address (never dialled) to its listener. What a command does is the test's Exec
+// or Shell: it stands in for the server's shell. Standby plays a standby's.
 package builderssh
 
 import (
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 
 	"go.yaml.in/yaml/v3"
@@ -25,10 +27,14 @@ import (
 // Exec runs one command on a builder and returns its exit status.
 type Exec func(server hcloudfake.Server, command string, stdout, stderr io.Writer) int
 
-// Sshd serves every builder of one fake.
+// Shell is Exec with the command's standard input: what the client sent before it closed
+// its side.
+type Shell func(server hcloudfake.Server, command string, stdin io.Reader, stdout, stderr io.Writer) int
+
+// Sshd serves every server of one fake.
 type Sshd struct {
-	fake *hcloudfake.Fake
-	exec Exec
+	fake  *hcloudfake.Fake
+	shell Shell
 
 	// mu guards servers, wrongHostKey, logins, ready and closed.
 	mu           sync.Mutex
@@ -47,7 +53,14 @@ type server struct {
 
 // New returns an Sshd for fake's builders; Close stops it.
 func New(fake *hcloudfake.Fake, exec Exec) *Sshd {
-	return &Sshd{fake: fake, exec: exec, servers: map[int64]*server{}}
+	return NewShell(fake, func(s hcloudfake.Server, command string, _ io.Reader, stdout, stderr io.Writer) int {
+		return exec(s, command, stdout, stderr)
+	})
+}
+
+// NewShell returns an Sshd for fake's servers whose commands read their stdin; Close stops it.
+func NewShell(fake *hcloudfake.Fake, shell Shell) *Sshd {
+	return &Sshd{fake: fake, shell: shell, servers: map[int64]*server{}}
 }
 
 // SetReady makes a running server refuse connections until ready says yes: until its
@@ -74,8 +87,9 @@ func (d *Sshd) Logins() int {
 	return d.logins
 }
 
-// Dial connects to the builder at addr ("IP:22"). Like a real server, one that is not running
-// refuses, and so does one whose user-data gave no SSH access.
+// Dial connects to the server at addr ("IP:22", its public or a private address). Like a
+// real server, one that is not running refuses, and so does one whose user-data gave no SSH
+// access.
 func (d *Sshd) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || port != "22" {
@@ -83,7 +97,7 @@ func (d *Sshd) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 	}
 	var srv *hcloudfake.Server
 	for _, s := range d.fake.Servers() {
-		if s.IPv4 == host {
+		if s.IPv4 == host || slices.Contains(s.PrivateIPs, host) {
 			srv = &s
 		}
 	}
@@ -170,6 +184,9 @@ func (d *Sshd) handle(id int64, c net.Conn, cfg *ssh.ServerConfig) {
 		return
 	}
 	go ssh.DiscardRequests(reqs)
+	// One session after another, or several at once, as sshd serves them.
+	var sessions sync.WaitGroup
+	defer sessions.Wait()
 	for nc := range chans {
 		if nc.ChannelType() != "session" {
 			_ = nc.Reject(ssh.UnknownChannelType, "only sessions")
@@ -179,28 +196,35 @@ func (d *Sshd) handle(id int64, c net.Conn, cfg *ssh.ServerConfig) {
 		if err != nil {
 			return
 		}
-		for r := range creqs {
-			if r.Type != "exec" {
-				_ = r.Reply(false, nil)
-				continue
-			}
-			var payload struct{ Command string }
-			if err := ssh.Unmarshal(r.Payload, &payload); err != nil {
-				_ = r.Reply(false, nil)
-				continue
-			}
-			_ = r.Reply(true, nil)
-			var srv hcloudfake.Server
-			for _, s := range d.fake.Servers() {
-				if s.ID == id {
-					srv = s
-				}
-			}
-			code := d.exec(srv, payload.Command, ch, ch.Stderr())
-			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(code)}))
-			_ = ch.Close()
-			break
+		sessions.Go(func() { d.session(id, ch, creqs) })
+	}
+}
+
+// session runs the first exec request of one session; every other request
+// is refused.
+func (d *Sshd) session(id int64, ch ssh.Channel, creqs <-chan *ssh.Request) {
+	ran := false
+	for r := range creqs {
+		if r.Type != "exec" || ran {
+			_ = r.Reply(false, nil)
+			continue
 		}
+		var payload struct{ Command string }
+		if err := ssh.Unmarshal(r.Payload, &payload); err != nil {
+			_ = r.Reply(false, nil)
+			continue
+		}
+		ran = true
+		_ = r.Reply(true, nil)
+		var srv hcloudfake.Server
+		for _, s := range d.fake.Servers() {
+			if s.ID == id {
+				srv = s
+			}
+		}
+		code := d.shell(srv, payload.Command, ch, ch, ch.Stderr())
+		_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(code)}))
+		_ = ch.Close()
 	}
 }
 
