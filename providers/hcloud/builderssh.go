@@ -55,32 +55,117 @@ func (p *Provider) builderAccess(id string) (builderAccess, bool) {
 // newBuilderAccess makes a builder's two ed25519 keys: what prebake keeps and
 // what goes into the user-data.
 func newBuilderAccess(now time.Time) (builderAccess, bootstrap.SSHAccess, error) {
-	hostPub, hostPriv, err := ed25519.GenerateKey(rand.Reader)
+	hostKey, cfg, err := newHostKey("prebake builder host key")
 	if err != nil {
-		return builderAccess{}, bootstrap.SSHAccess{}, fmt.Errorf("make host key: %w", err)
+		return builderAccess{}, bootstrap.SSHAccess{}, err
 	}
 	_, clientPriv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return builderAccess{}, bootstrap.SSHAccess{}, fmt.Errorf("make login key: %w", err)
 	}
-	block, err := ssh.MarshalPrivateKey(hostPriv, "prebake builder host key")
-	if err != nil {
-		return builderAccess{}, bootstrap.SSHAccess{}, fmt.Errorf("encode host key: %w", err)
-	}
-	hostKey, err := ssh.NewPublicKey(hostPub)
-	if err != nil {
-		return builderAccess{}, bootstrap.SSHAccess{}, err
-	}
 	signer, err := ssh.NewSignerFromKey(clientPriv)
 	if err != nil {
 		return builderAccess{}, bootstrap.SSHAccess{}, err
 	}
-	cfg := bootstrap.SSHAccess{
-		HostKeyPrivate: string(pem.EncodeToMemory(block)),
-		HostKeyPublic:  strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hostKey))),
-		AuthorizedKey:  strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))) + " prebake-builder",
-	}
+	cfg.AuthorizedKey = authorizedLine(signer.PublicKey(), "prebake-builder")
 	return builderAccess{signer: signer, hostKey: hostKey, booted: now}, cfg, nil
+}
+
+// newHostKey makes an ed25519 host key for one server: its public key, which
+// prebake pins, and the SSHAccess that installs it (AuthorizedKey left for
+// the caller).
+func newHostKey(comment string) (ssh.PublicKey, bootstrap.SSHAccess, error) {
+	hostPub, hostPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, bootstrap.SSHAccess{}, fmt.Errorf("make host key: %w", err)
+	}
+	block, err := ssh.MarshalPrivateKey(hostPriv, comment)
+	if err != nil {
+		return nil, bootstrap.SSHAccess{}, fmt.Errorf("encode host key: %w", err)
+	}
+	hostKey, err := ssh.NewPublicKey(hostPub)
+	if err != nil {
+		return nil, bootstrap.SSHAccess{}, err
+	}
+	return hostKey, bootstrap.SSHAccess{
+		HostKeyPrivate: string(pem.EncodeToMemory(block)),
+		HostKeyPublic:  authorizedLine(hostKey, ""),
+	}, nil
+}
+
+// authorizedLine is key's authorized_keys line, with comment when not "".
+func authorizedLine(key ssh.PublicKey, comment string) string {
+	line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+	if comment != "" {
+		line += " " + comment
+	}
+	return line
+}
+
+// sshUnreachable is a connect to a server's SSH port that failed: normal
+// while it boots.
+type sshUnreachable struct {
+	addr string
+	err  error
+}
+
+func (e *sshUnreachable) Error() string { return fmt.Sprintf("ssh %s: %v", e.addr, e.err) }
+func (e *sshUnreachable) Unwrap() error { return e.err }
+
+// sshLogin connects to addr (IP:22) through builderDial and logs in as root
+// with signer, within builderSSHTimeout for the connect and the handshake.
+// check judges the host key the server shows: its error is returned as is,
+// and then nothing was sent. A failed connect is an *sshUnreachable. The
+// connection closes when ctx ends; done closes it sooner.
+func (p *Provider) sshLogin(ctx context.Context, addr string, signer ssh.Signer, check func(ssh.PublicKey) error) (client *ssh.Client, done func(), err error) {
+	dctx, dcancel := context.WithTimeout(ctx, builderSSHTimeout)
+	conn, err := p.builderDial(dctx, "tcp", addr)
+	dcancel()
+	if err != nil {
+		return nil, nil, &sshUnreachable{addr: addr, err: err}
+	}
+	// Whatever ends first, ctx or the caller, closes the connection.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(builderSSHTimeout))
+	var keyErr error
+	cc, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
+		User: "root",
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
+			keyErr = check(key)
+			return keyErr
+		},
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
+		Timeout:           builderSSHTimeout,
+	})
+	if err != nil {
+		stop()
+		conn.Close()
+		if keyErr != nil {
+			return nil, nil, keyErr
+		}
+		return nil, nil, fmt.Errorf("ssh %s: %w", addr, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	client = ssh.NewClient(cc, chans, reqs)
+	return client, func() { stop(); client.Close() }, nil
+}
+
+// sshRun runs command in a new session of client with stdin (nil for none)
+// and returns its stdout and stderr, each cut at builderOutputLimit; err is
+// an *ssh.ExitError when the command exited with a status other than 0.
+func sshRun(client *ssh.Client, command string, stdin []byte) (stdout, stderr *limitedBuffer, err error) {
+	sess, err := client.NewSession()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ssh session: %w", err)
+	}
+	defer sess.Close()
+	stdout, stderr = &limitedBuffer{max: builderOutputLimit}, &limitedBuffer{max: builderOutputLimit}
+	sess.Stdout, sess.Stderr = stdout, stderr
+	if stdin != nil {
+		sess.Stdin = bytes.NewReader(stdin)
+	}
+	return stdout, stderr, sess.Run(command)
 }
 
 // hostKeyMismatch is a builder that showed another host key than its own.
@@ -111,53 +196,32 @@ func (p *Provider) BuilderReport(ctx context.Context, b imagecatalog.BuilderStat
 	addr := net.JoinHostPort(b.Address, "22")
 	ctx, cancel := context.WithTimeout(ctx, builderSealTimeout)
 	defer cancel()
-	dctx, dcancel := context.WithTimeout(ctx, builderSSHTimeout)
-	conn, err := p.builderDial(dctx, "tcp", addr)
-	dcancel()
-	if err != nil {
-		// Normal while the builder boots; if it lasts, the path is closed.
-		return nil, false, fmt.Errorf("hcloud builder %s: ssh %s: %w (if this lasts past boot: port 22 must be open to this host, also in providers.hcloud.firewalls)", b.ID, addr, err)
-	}
-	defer conn.Close()
-	// Whatever ends first, ctx or the run, closes the connection.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	_ = conn.SetDeadline(time.Now().Add(builderSSHTimeout))
-	var mismatch *hostKeyMismatch
-	cc, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
-		User: "root",
-		Auth: []ssh.AuthMethod{ssh.PublicKeys(access.signer)},
-		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
-			if !bytes.Equal(key.Marshal(), access.hostKey.Marshal()) {
-				mismatch = &hostKeyMismatch{want: access.hostKey, got: key}
-				return mismatch
-			}
-			return nil
-		},
-		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519},
-		Timeout:           builderSSHTimeout,
-	})
-	if err != nil {
-		if mismatch != nil {
-			if p.now().Sub(access.booted) > builderHostKeyGrace {
-				return nil, false, fmt.Errorf("hcloud builder %s (%s) still shows %v %s after boot: someone else answers at its address, or cloud-init did not install the host key: %w",
-					b.ID, addr, mismatch, builderHostKeyGrace, imagecatalog.ErrBuilderUnusable)
-			}
-			return nil, false, fmt.Errorf("hcloud builder %s (%s): %v (cloud-init has not installed it yet?); nothing was sent", b.ID, addr, mismatch)
+	client, done, err := p.sshLogin(ctx, addr, access.signer, func(key ssh.PublicKey) error {
+		if !bytes.Equal(key.Marshal(), access.hostKey.Marshal()) {
+			return &hostKeyMismatch{want: access.hostKey, got: key}
 		}
-		return nil, false, fmt.Errorf("hcloud builder %s: ssh %s: %w", b.ID, addr, err)
+		return nil
+	})
+	var unreachable *sshUnreachable
+	var mismatch *hostKeyMismatch
+	switch {
+	case errors.As(err, &unreachable):
+		// Normal while the builder boots; if it lasts, the path is closed.
+		return nil, false, fmt.Errorf("hcloud builder %s: %w (if this lasts past boot: port 22 must be open to this host, also in providers.hcloud.firewalls)", b.ID, err)
+	case errors.As(err, &mismatch):
+		if p.now().Sub(access.booted) > builderHostKeyGrace {
+			return nil, false, fmt.Errorf("hcloud builder %s (%s) still shows %v %s after boot: someone else answers at its address, or cloud-init did not install the host key: %w",
+				b.ID, addr, mismatch, builderHostKeyGrace, imagecatalog.ErrBuilderUnusable)
+		}
+		return nil, false, fmt.Errorf("hcloud builder %s (%s): %v (cloud-init has not installed it yet?); nothing was sent", b.ID, addr, mismatch)
+	case err != nil:
+		return nil, false, fmt.Errorf("hcloud builder %s: %w", b.ID, err)
 	}
-	_ = conn.SetDeadline(time.Time{})
-	client := ssh.NewClient(cc, chans, reqs)
-	defer client.Close()
-	sess, err := client.NewSession()
-	if err != nil {
-		return nil, false, fmt.Errorf("hcloud builder %s: ssh session: %w", b.ID, err)
+	defer done()
+	stdout, stderr, err := sshRun(client, bootstrap.BuilderSealCommand, nil)
+	if stdout == nil {
+		return nil, false, fmt.Errorf("hcloud builder %s: %w", b.ID, err)
 	}
-	defer sess.Close()
-	stdout, stderr := &limitedBuffer{max: builderOutputLimit}, &limitedBuffer{max: builderOutputLimit}
-	sess.Stdout, sess.Stderr = stdout, stderr
-	err = sess.Run(bootstrap.BuilderSealCommand)
 	var exit *ssh.ExitError
 	switch {
 	case err == nil:

@@ -13,14 +13,21 @@ import (
 
 // Classify implements providers.Provider. Capacity, limit and placement
 // errors are OutOfResources, so CA fails over to another group; rate
-// limits, 5xx and timeouts are retryable; the rest is Other.
+// limits, 5xx, timeouts and locked servers are retryable; a resume that
+// failed on the standby (SSH, its host key, its join) has a code of its
+// own; the rest is Other.
 func (p *Provider) Classify(err error) providers.Classification {
 	var apiErr hcloud.Error
 	var netErr net.Error
 	var actionErr *createActionError
+	var standbyErr *standbyError
 	switch {
 	case err == nil:
 		return providers.Classification{}
+	case errors.As(err, &standbyErr):
+		// A resume that failed on the standby's side (standby.go): the core
+		// replaces the standby with a created machine.
+		return providers.Classification{Class: providers.ErrorOther, Code: standbyErr.code}
 	case errors.As(err, &actionErr):
 		// The API accepted the server and its create_server action failed.
 		// Capacity codes keep their class; anything else is one stable code.

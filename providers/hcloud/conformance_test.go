@@ -8,6 +8,7 @@ import (
 
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake"
+	"github.com/prebake-dev/prebake/providers/hcloud/hcloudfake/builderssh"
 	"github.com/prebake-dev/prebake/providers/providertest"
 )
 
@@ -36,9 +37,24 @@ func newFake(t *testing.T, o hcloudfake.Options) *hcloudfake.Fake {
 }
 
 func TestConformance(t *testing.T) {
+	// Standbys are reached over SSH: every fake has a stand-in sshd playing
+	// them, and every provider the standby login key (a restarted one too).
+	key := loginKey(t)
 	var clouds sync.Map // providers.Provider → *hcloudfake.Fake
+	var sshds sync.Map  // *hcloudfake.Fake → *builderssh.Sshd
 	build := func(t *testing.T, f *hcloudfake.Fake) providers.Provider {
-		p := newTestProvider(t, f, -1)
+		sshd, loaded := sshds.LoadOrStore(f, builderssh.NewShell(f, builderssh.NewStandby().Shell))
+		if !loaded {
+			t.Cleanup(sshd.(*builderssh.Sshd).Close)
+		}
+		p, err := New(Options{
+			Token: testToken, Endpoint: f.URL(), Cluster: "c", PollInterval: time.Millisecond,
+			RetryBase: time.Millisecond, MaxRetries: -1, Rate: 1000, Burst: 1000,
+			StandbySSHKey: key, BuilderDial: sshd.(*builderssh.Sshd).Dial,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		clouds.Store(providers.Provider(p), f)
 		return p
 	}
@@ -79,9 +95,10 @@ func TestConformance(t *testing.T) {
 			{Name: "unavailable", New: failing(hcloudfake.ErrUnavailable), Class: providers.ErrorOther, Retryable: true},
 			{Name: "invalid_input", New: failing(hcloudfake.APIError{Status: 400, Code: "invalid_input", Message: "bad"}), Class: providers.ErrorOther},
 		},
-		Cluster:     "c",
-		MachineType: "cx22",
-		Location:    "fsn1",
-		Parallel:    12,
+		Cluster:        "c",
+		MachineType:    "cx22",
+		Location:       "fsn1",
+		Parallel:       12,
+		ResumeUserData: joinUserData(t, "conf-s-stopped", "", "k3x9qa.m2c8v0rty5b7n1zq"),
 	})
 }

@@ -26,4 +26,10 @@
 //     the RateLimit headers and spreads the remaining budget until the
 //     reset; hcloud-go's retry handler backs off with jitter on 429.
 //   - User-data is passed through to the API and never logged.
+//   - Warm-pool standbys (standby.go, with Options.StandbySSHKey) are joined
+//     over SSH: a server's user_data can't change after it is created. A
+//     standby carries the marker providers.LabelStandby and the fingerprint
+//     of the host key prebake made for it (LabelStandbyHostKey), so a
+//     restarted prebake checks every host key against the cloud; Resume
+//     removes the marker before it powers the server on.
 package hcloud

@@ -13,6 +13,7 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 	"golang.org/x/time/rate"
 
+	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/providers"
 )
 
@@ -88,9 +89,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
-	// BuilderDial connects to an image builder's SSH port (see BuilderReport);
-	// default a net.Dialer. Tests point it at a stand-in sshd on loopback.
+	// BuilderDial connects to the SSH port of an image builder (see
+	// BuilderReport) or a warm-pool standby (standby.go); default a
+	// net.Dialer. Tests point it at a stand-in sshd on loopback.
 	BuilderDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// StandbySSHKey is the SSH client key (unencrypted, PEM or OpenSSH)
+	// prebake logs in to warm-pool standbys with, as root (standby.go). nil
+	// keeps no warm pool: Capabilities.Standby is empty.
+	StandbySSHKey []byte
+	// StandbySSHPrivate dials a standby at its IP in the first of Networks
+	// instead of its public IPv4.
+	StandbySSHPrivate bool
 }
 
 // Provider is the Hetzner Cloud provider. It implements providers.Provider
@@ -115,6 +124,18 @@ type Provider struct {
 	now       func() time.Time
 
 	builderDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// poll is Options.PollInterval: how often stopServer looks whether a
+	// standby is off.
+	poll time.Duration
+
+	// standby is how prebake logs in to warm-pool standbys; nil keeps no
+	// warm pool.
+	standby *standbyAccess
+	// standbyMu guards probes and resuming (standby.go).
+	standbyMu sync.Mutex
+	probes    map[int64]standbyProbe
+	resuming  map[int64]bool
+
 	// buildersMu guards builders: the SSH keys of the image builders this
 	// process booted, by server id. They live in memory only.
 	buildersMu sync.Mutex
@@ -223,6 +244,9 @@ func New(o Options) (*Provider, error) {
 		log:         o.Logger,
 		now:         o.Now,
 		builderDial: o.BuilderDial,
+		poll:        o.PollInterval,
+		probes:      map[int64]standbyProbe{},
+		resuming:    map[int64]bool{},
 		builders:    map[string]builderAccess{},
 		failed:      map[int64]bool{},
 		scanShare:   o.ScanShare,
@@ -241,6 +265,13 @@ func New(o Options) (*Provider, error) {
 	if o.PlacementGroup != 0 {
 		p.pg = &hcloud.PlacementGroup{ID: o.PlacementGroup}
 	}
+	if len(o.StandbySSHKey) > 0 {
+		a, err := newStandbyAccess(o.StandbySSHKey, o.StandbySSHPrivate, o.Networks)
+		if err != nil {
+			return nil, err
+		}
+		p.standby = a
+	}
 	return p, nil
 }
 
@@ -252,11 +283,16 @@ func (p *Provider) Name() string { return "hcloud" }
 // the catalog's operations on them are in images.go), and servers read
 // user-data with cloud-init (or Ignition). Prices are Hetzner's, per
 // location, from the server-type list (machinetype.go); the config has no
-// field to override them.
+// field to override them. With a standby SSH key it keeps warm-pool
+// standbys powered off, and joins them over SSH (standby.go).
 func (p *Provider) Capabilities() providers.Capabilities {
-	return providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit,
+	c := providers.Capabilities{BootsImages: true, UserData: providers.UserDataCloudInit,
 		PriceFix: "Hetzner's server-type list gives the type no price in the group's location; " +
 			"move the group to a location where Hetzner prices it (`hcloud server-type describe <type>` lists its prices per location)"}
+	if p.standby != nil {
+		c.Standby, c.StandbyResume = standbyStates, bootstrap.ResumeBySSH
+	}
+	return c
 }
 
 // Run implements providers.Provider: with Options.WireGuardFirewall it
@@ -349,17 +385,4 @@ func (p *Provider) serverTypes(ctx context.Context) (map[string]*hcloud.ServerTy
 	}
 	p.types, p.typesAt = m, p.now()
 	return m, nil
-}
-
-// Park implements providers.Provider: this provider keeps no warm pool. A
-// server's user_data can't change after it is created, so a resumed
-// standby would never get its join; docs/warm-pool.md ("Hetzner") says
-// what is missing. Powering off and on is in power.go.
-func (p *Provider) Park(context.Context, string, providers.StandbyState) error {
-	return providers.StandbyUnsupported("hcloud")
-}
-
-// Resume implements providers.Provider: this provider keeps no warm pool.
-func (p *Provider) Resume(context.Context, string, []byte) (providers.Instance, error) {
-	return providers.Instance{}, providers.StandbyUnsupported("hcloud")
 }

@@ -89,6 +89,7 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 		servers = append(servers, inv.known[id])
 	}
 	inv.mu.Unlock()
+	p.probeStandbys(ctx, servers)
 	return p.withoutFailed(ctx, servers), nil
 }
 
@@ -217,6 +218,21 @@ func (p *Provider) recordCreated(s *hcloud.Server, machine string) {
 	inv.seq++
 	inv.known[s.ID] = s
 	inv.watch[s.ID] = watched{machine: machine, seq: inv.seq}
+}
+
+// recordChanged puts what a Park or Resume got back of server s into the
+// inventory: its labels or its power changed, which a refresh of the
+// servers in flight only would not see. It is watched, so the next List
+// asks about it once more (and on while it is in flight), and a scan
+// answered before the change can't undo it.
+func (p *Provider) recordChanged(s *hcloud.Server) {
+	inv := p.inv
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.seq++
+	inv.known[s.ID] = s
+	w := inv.watch[s.ID]
+	inv.watch[s.ID] = watched{machine: s.Labels[providers.LabelMachine], deleting: w.deleting, seq: inv.seq}
 }
 
 // recordDeleted marks a server whose delete was accepted (or that is

@@ -8,11 +8,8 @@ import (
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
 )
 
-// Powering a server off and on, for warm-pool standbys. Park and Resume do
-// not use it yet: a Hetzner server's user_data can't change after it is
-// created, so a resumed standby would boot with its prepare-only user-data
-// and never join (docs/warm-pool.md, "Hetzner"). What is here is the part
-// that does not depend on how that is solved.
+// Powering a server off and on, for warm-pool standbys: Park stops one,
+// Resume starts it again (standby.go).
 
 // shutdownGrace bounds how long stopServer waits for a graceful shutdown
 // before it cuts the power.

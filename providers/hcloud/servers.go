@@ -31,7 +31,7 @@ func (p *Provider) withoutFailed(ctx context.Context, servers []*hcloud.Server) 
 			}
 			continue
 		}
-		out = append(out, instance(s))
+		out = append(out, p.listed(s, instance(s)))
 	}
 	for id := range p.failed {
 		if !seen[id] {
@@ -79,6 +79,7 @@ func instance(s *hcloud.Server) providers.Instance {
 		ImageKind:  providers.ImageKind(s.Labels[providers.LabelImageKind]),
 		Image:      s.Labels[providers.LabelImage],
 		CreatedAt:  s.Created,
+		Standby:    standbyOf(s),
 	}
 	if in.ImageKind == "" {
 		in.ImageKind = providers.ImageRuntimeInstall
@@ -141,6 +142,18 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	if req.Location == "" {
 		opts.Location = nil
 	}
+	if req.Standby != "" {
+		if err := p.checkStandbyRequest(req); err != nil {
+			return providers.Instance{}, err
+		}
+		ud, pin, err := p.standbyUserData(req)
+		if err != nil {
+			return providers.Instance{}, err
+		}
+		opts.UserData = string(ud)
+		labels[providers.LabelStandby] = string(req.Standby)
+		labels[LabelStandbyHostKey] = pin
+	}
 	res, resp, err := p.client.Server.Create(ctx, opts)
 	if hcloud.IsError(err, hcloud.ErrorCodeUniquenessError) {
 		// An earlier attempt won the race, or its answer was lost: that
@@ -172,6 +185,9 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 	// the truth.
 	if in.Group == "" {
 		in.Group, in.Name = req.Group, req.Name
+	}
+	if req.Standby != "" && in.Standby.State == "" {
+		in.Standby = providers.Standby{State: req.Standby, Phase: providers.StandbyWarming}
 	}
 	p.log.Info("hcloud server created", "group", req.Group, "instance", req.Name, "providerID", in.ProviderID)
 	return in, nil

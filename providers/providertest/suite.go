@@ -37,6 +37,10 @@ type Setup[T tb.T[T]] struct {
 	// Parallel is how many Creates run at once in the concurrency case;
 	// default 8.
 	Parallel int
+	// ResumeUserData is the user-data the standby case resumes with;
+	// default a bare "#cloud-config\n". A provider that runs the node script
+	// in it itself (hcloud, over SSH) needs one bootstrap renders.
+	ResumeUserData []byte
 }
 
 // CreateErrorCase is one injected creation failure.
@@ -392,14 +396,18 @@ func runStandbyState[T tb.T[T]](t T, s Setup[T], state providers.StandbyState) {
 		p = s.Reopen(t, p)
 		waitListed(t, p, in.ProviderID, "a parked standby after a restart", parked)
 	}
-	got, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n"))
+	ud := s.ResumeUserData
+	if ud == nil {
+		ud = []byte("#cloud-config\n")
+	}
+	got, err := p.Resume(ctx, in.ProviderID, ud)
 	if err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
 	if got.ProviderID != in.ProviderID || got.Standby.Phase != providers.StandbyNone {
 		t.Errorf("Resume returned %q standby %+v, want %q and no standby", got.ProviderID, got.Standby, in.ProviderID)
 	}
-	if _, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n")); err != nil {
+	if _, err := p.Resume(ctx, in.ProviderID, ud); err != nil {
 		t.Errorf("Resume of a resumed machine: %v", err)
 	}
 	waitListed(t, p, in.ProviderID, "a machine that joins, up again", func(l providers.Instance) bool {
