@@ -203,6 +203,15 @@ func newHcloud(_ context.Context, cfg *config.Config, d Deps) (Built, error) {
 	if d.BuilderDial != nil {
 		o.BuilderDial = d.BuilderDial(h.Endpoint)
 	}
+	if h.HasStandbySSHKey() {
+		// The warm pool's standbys are joined over SSH with it.
+		key, err := h.StandbySSHKey.Resolve()
+		if err != nil {
+			return Built{}, fmt.Errorf("standbySSHKey: %w", err)
+		}
+		o.StandbySSHKey = []byte(key + "\n")
+		o.StandbySSHPrivate = h.StandbySSHAddress == config.StandbySSHPrivate
+	}
 	p, err := hcloud.New(o)
 	if err != nil {
 		return Built{}, err
