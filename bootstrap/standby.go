@@ -52,11 +52,12 @@ const (
 	StandbyStatusCommand = "cat " + DefaultStatusPath + " 2>/dev/null || true"
 	// StandbyJoinCommand reads the node script on its stdin, writes it to ScriptPath (root
 	// only, where cloud-init wrote the standby's own) and starts it as the transient unit
-	// prebake-join.service, as cloud-init's runcmd would run it, and returns once the unit is
-	// started: the join runs on without the connection, so it outlives a provider call's
-	// deadline. While a unit of that name exists, a second start fails.
+	// prebake-join.service (/bin/sh by its absolute path, as older systemd wants an
+	// ExecStart=), as cloud-init's runcmd would run it, and returns once the unit is started:
+	// the join runs on without the connection, so it outlives a provider call's deadline.
+	// While a unit of that name exists, a second start fails.
 	StandbyJoinCommand = "umask 077 && cat >" + ScriptPath + ".new && mv -f " + ScriptPath + ".new " + ScriptPath +
-		" && systemd-run --unit=prebake-join --collect --quiet sh " + ScriptPath
+		" && systemd-run --unit=prebake-join --collect --quiet /bin/sh " + ScriptPath
 )
 
 // Where ResumeByGCEMetadata puts its hook, and the guest attribute its report goes to.

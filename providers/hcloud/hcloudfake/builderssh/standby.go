@@ -15,7 +15,7 @@ import (
 const (
 	StatusCommand = "cat /var/lib/prebake/bootstrap-status.json 2>/dev/null || true"
 	JoinCommand   = "umask 077 && cat >/var/lib/prebake/bootstrap.sh.new && mv -f /var/lib/prebake/bootstrap.sh.new /var/lib/prebake/bootstrap.sh" +
-		" && systemd-run --unit=prebake-join --collect --quiet sh /var/lib/prebake/bootstrap.sh"
+		" && systemd-run --unit=prebake-join --collect --quiet /bin/sh /var/lib/prebake/bootstrap.sh"
 )
 
 // Standby plays the shell of warm-pool standbys, by server id: StatusCommand prints the status
