@@ -224,6 +224,11 @@ type instance struct {
 	standby providers.StandbyPhase
 	// parking: a Park task is queued or running.
 	parking bool
+	// warmingSince is when a standby began to warm, which
+	// warmPool.warmingTimeout counts from: when its Create returned, or for
+	// one a restarted process adopted, the creation time List gives (the
+	// time it was first listed where the provider gives none).
+	warmingSince time.Time
 	// resume: a standby IncreaseSize took; its create task resumes it
 	// (Provider.Resume) instead of creating a machine. fromPool stays set
 	// for the timeline.

@@ -116,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"group", "code"}),
 		poolDiscarded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prebake_warm_pool_discarded_total",
-			Help: "Standbys deleted instead of resumed, by reason: stale_image (replaced: its image is no longer the channel's head), failed, create_failed, surplus.",
+			Help: "Standbys deleted instead of resumed, by reason: stale_image (replaced: its image is no longer the channel's head), failed, create_failed, surplus, warming_timeout (never reported prepared within warmPool.warmingTimeout).",
 		}, []string{"group", "reason"}),
 		poolParkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prebake_warm_pool_park_errors_total",

@@ -172,7 +172,7 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 				// forgotten: its answer is stale, not an orphan to adopt.
 				continue
 			}
-			inst = c.adoptLocked(g, li)
+			inst = c.adoptLocked(g, li, now)
 		}
 		seen[inst] = true
 		inst.inCloud = true
@@ -242,7 +242,9 @@ func (c *Core) reconcile(p providers.Provider, listed []providers.Instance, list
 	return redelete
 }
 
-func (c *Core) adoptLocked(g *group, li providers.Instance) *instance {
+// adoptLocked records li, a machine this process did not create, first
+// listed at now.
+func (c *Core) adoptLocked(g *group, li providers.Instance, now time.Time) *instance {
 	name := li.Name
 	if name == "" {
 		name = li.ProviderID
@@ -268,6 +270,13 @@ func (c *Core) adoptLocked(g *group, li providers.Instance) *instance {
 			c.log.Error("warm pool: a machine listed as a standby has a Node; adopting it as a node", "group", g.spec.ID, "providerID", li.ProviderID, "node", node)
 		} else {
 			inst.standby = li.Standby.Phase
+			// Its warming began at its creation; a provider that does not
+			// say when that was gets up to one more warmingTimeout, counted
+			// from now.
+			inst.warmingSince = li.CreatedAt
+			if inst.warmingSince.IsZero() {
+				inst.warmingSince = now
+			}
 		}
 	}
 	g.instances[name] = inst

@@ -20,6 +20,23 @@ type WarmPool struct {
 	// State is how a standby rests: one of the provider's
 	// Capabilities.Standby.
 	State providers.StandbyState
+	// WarmingTimeout bounds how long a standby may stay warming (created,
+	// its prepared report not seen yet) before it is deleted and replaced:
+	// one whose report never comes would otherwise hold a slot of the pool,
+	// and a machine, for good. 0 means DefaultWarmingTimeout.
+	WarmingTimeout time.Duration
+}
+
+// DefaultWarmingTimeout is WarmPool.WarmingTimeout when it is 0: a cloud VM
+// boots and runs the prepare-only script in a few minutes.
+const DefaultWarmingTimeout = 10 * time.Minute
+
+// warmingTimeout is wp.WarmingTimeout with its default applied.
+func (wp WarmPool) warmingTimeout() time.Duration {
+	if wp.WarmingTimeout == 0 {
+		return DefaultWarmingTimeout
+	}
+	return wp.WarmingTimeout
 }
 
 // Reasons a standby is discarded, the values of the reason label of
@@ -36,6 +53,9 @@ const (
 	// DiscardSurplus: the pool is larger than warmPool.size, or than the
 	// room maxSize leaves beside the group's target.
 	DiscardSurplus = "surplus"
+	// DiscardWarmingTimeout: it stayed warming longer than
+	// warmPool.warmingTimeout (its prepared report never came).
+	DiscardWarmingTimeout = "warming_timeout"
 )
 
 func (i *instance) isStandby() bool { return i.standby != providers.StandbyNone }
@@ -51,6 +71,8 @@ func (c *Core) checkWarmPool(g *group) error {
 		return nil
 	case wp.Size > g.spec.MaxSize:
 		return fmt.Errorf("node group %q: warmPool.size %d is more than maxSize %d: standbys count toward maxSize; lower warmPool.size", g.spec.ID, wp.Size, g.spec.MaxSize)
+	case wp.WarmingTimeout < 0:
+		return fmt.Errorf("node group %q: warmPool.warmingTimeout %s is negative; use more than 0, or 0 for %s", g.spec.ID, wp.WarmingTimeout, DefaultWarmingTimeout)
 	}
 	caps := g.provider.Capabilities()
 	if !caps.Parks(wp.State) {
@@ -199,10 +221,21 @@ func (g *group) poolRoomLocked() int {
 	return max(0, min(g.spec.WarmPool.Size, g.spec.MaxSize-g.targetLocked()))
 }
 
-// tendPoolLocked decides what g's pool needs: discard what is stale or
-// failed, trim what is surplus, park what is prepared, and create standbys
-// up to poolRoomLocked. It changes only the core's records; the caller
-// queues the cloud calls.
+// warmingTooLongLocked reports whether inst, a standby in the cloud, has
+// been warming longer than its group's warmPool.warmingTimeout, and for
+// how long.
+func warmingTooLongLocked(inst *instance, now time.Time) (bool, time.Duration) {
+	if inst.standby != providers.StandbyWarming || inst.phase != phaseAccepted || inst.warmingSince.IsZero() {
+		return false, 0
+	}
+	d := now.Sub(inst.warmingSince)
+	return d > inst.group.spec.WarmPool.warmingTimeout(), d
+}
+
+// tendPoolLocked decides what g's pool needs: discard what is stale,
+// failed or warming too long, trim what is surplus, park what is
+// prepared, and create standbys up to poolRoomLocked. It changes only the
+// core's records; the caller queues the cloud calls.
 func (c *Core) tendPoolLocked(g *group, now time.Time, a *poolActions) {
 	head, known := c.poolHeadLocked(g)
 	createFailed := false
@@ -211,6 +244,7 @@ func (c *Core) tendPoolLocked(g *group, now time.Time, a *poolActions) {
 			continue
 		}
 		reason := ""
+		tooLong, warmed := warmingTooLongLocked(inst, now)
 		switch {
 		case inst.phase == phaseFailed && !inst.inCloud:
 			createFailed, reason = true, DiscardCreateFailed
@@ -218,6 +252,13 @@ func (c *Core) tendPoolLocked(g *group, now time.Time, a *poolActions) {
 			reason = DiscardFailed
 		case known && inst.image != head && inst.phase != phaseQueued && inst.phase != phaseCreating:
 			reason = DiscardStaleImage
+		case tooLong:
+			// Replaced in this round: unlike a failed create, the next
+			// attempt can't fail fast, it takes a whole warmingTimeout.
+			reason = DiscardWarmingTimeout
+			c.log.Warn("warm pool: standby still warming after warmPool.warmingTimeout; deleting it and creating another (its console or node script status says why it never reported prepared)",
+				"group", g.spec.ID, "instance", inst.name, "providerID", inst.providerID,
+				"warming", warmed.Round(time.Second), "warmingTimeout", g.spec.WarmPool.warmingTimeout())
 		}
 		if reason != "" && c.discardLocked(inst, reason) {
 			a.deletes = append(a.deletes, inst)

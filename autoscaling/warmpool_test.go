@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/prebake-dev/prebake/imagecatalog"
+	"github.com/prebake-dev/prebake/internal/manualclock"
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/fake"
 )
@@ -448,6 +450,8 @@ func TestNewRejectsAWarmPoolItCantKeep(t *testing.T) {
 		{"larger than maxSize", poolFake(), func(g *GroupSpec) { g.WarmPool.Size = 11 }, true,
 			`node group "g1": warmPool.size 11 is more than maxSize 10`},
 		{"negative", poolFake(), func(g *GroupSpec) { g.WarmPool.Size = -1 }, true, `warmPool.size -1 is negative`},
+		{"negative warmingTimeout", poolFake(), func(g *GroupSpec) { g.WarmPool.WarmingTimeout = -time.Second }, true,
+			`node group "g1": warmPool.warmingTimeout -1s is negative`},
 		{"userDataFile", poolFake(), func(g *GroupSpec) { g.UserData = []byte("#cloud-config\n") }, true,
 			`node group "g1": warmPool needs the user-data prebake renders`},
 		{"no user-data source", poolFake(), nil, false, `warmPool needs the user-data prebake renders`},
@@ -543,5 +547,114 @@ func TestDecreaseTargetSizeReturnsAQueuedTakeToThePool(t *testing.T) {
 	}
 	if got := mustTarget(t, c, "g1"); got != 1 {
 		t.Errorf("target = %d, want 1", got)
+	}
+}
+
+// A standby whose prepared report never comes is deleted once it has
+// warmed longer than warmPool.warmingTimeout, and another takes its slot;
+// a parked standby of the same age stays.
+func TestWarmPoolDiscardsAStandbyWarmingTooLong(t *testing.T) {
+	t.Parallel()
+	clock := manualclock.New(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	p := poolFake()
+	p.Now = clock.Now
+	m := NewMetrics(nil)
+	var logs syncBuffer
+	c := newCoreWith(t, p, poolOptions(m, func(o *Options) {
+		o.Now = clock.Now
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}), poolGroup(2, 10))
+	c.TendPools(t.Context())
+	eventually(t, "2 standbys accepted", func() bool {
+		v := mustPool(t, c)
+		for _, id := range v.Standbys {
+			if tl, _ := c.Timeline(id); tl.Accepted.IsZero() {
+				return false
+			}
+		}
+		return len(v.Standbys) == 2
+	})
+	standbys := mustPool(t, c).Standbys
+	stuck, ready := standbys[0], standbys[1]
+	p.PrepareStandby(ready)
+	eventually(t, ready+" parked", func() bool {
+		c.Sync(t.Context(), true)
+		c.TendPools(t.Context())
+		return mustPool(t, c).Parked == 1
+	})
+	discarded := func() float64 {
+		return testutil.ToFloat64(m.poolDiscarded.WithLabelValues("g1", DiscardWarmingTimeout))
+	}
+
+	clock.Advance(DefaultWarmingTimeout)
+	c.TendPools(t.Context())
+	if v := mustPool(t, c); v.Warming != 1 || v.Parked != 1 || discarded() != 0 {
+		t.Fatalf("after exactly warmingTimeout: pool %+v, discarded %v; want %s still warming", v, discarded(), stuck)
+	}
+
+	clock.Advance(time.Second)
+	c.TendPools(t.Context())
+	if got := discarded(); got != 1 {
+		t.Errorf("prebake_warm_pool_discarded_total{reason=warming_timeout} = %v, want 1", got)
+	}
+	eventually(t, stuck+" deleted and a third standby created", func() bool {
+		_, exists := p.Machine(stuck)
+		s, _ := standbyCreates(p)
+		return !exists && s == 3
+	})
+	if v := mustPool(t, c); len(v.Standbys) != 2 || v.Parked != 1 || !slices.Contains(v.Standbys, ready) || slices.Contains(v.Standbys, stuck) {
+		t.Errorf("pool after the timeout = %+v, want %s parked beside a new standby", v, ready)
+	}
+	if l := logs.String(); !strings.Contains(l, "still warming after warmPool.warmingTimeout") || !strings.Contains(l, stuck) {
+		t.Errorf("the timeout of %s is not logged:\n%s", stuck, l)
+	}
+}
+
+// A restarted process counts a warming standby's time from its creation
+// as List gives it; where the provider gives none, from the moment it
+// first listed the standby.
+func TestWarmPoolWarmingTimeoutAfterRestart(t *testing.T) {
+	t.Parallel()
+	for _, createdAtKnown := range []bool{true, false} {
+		t.Run(fmt.Sprintf("createdAtKnown=%v", createdAtKnown), func(t *testing.T) {
+			t.Parallel()
+			clock := manualclock.New(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+			p := poolFake()
+			p.Now = clock.Now
+			if !createdAtKnown {
+				p.Now = func() time.Time { return time.Time{} }
+			}
+			withClock := func(o *Options) { o.Now = clock.Now }
+			c1, kill := startKillable(t, p, poolOptions(NewMetrics(nil), withClock), poolGroup(1, 10))
+			c1.TendPools(t.Context())
+			eventually(t, "the standby created", func() bool { return len(p.Machines()) == 1 })
+			kill()
+			id := p.Machines()[0]
+
+			clock.Advance(9 * time.Minute)
+			m := NewMetrics(nil)
+			c2 := newCoreWith(t, p, poolOptions(m, withClock), poolGroup(1, 10))
+			discarded := func() float64 {
+				return testutil.ToFloat64(m.poolDiscarded.WithLabelValues("g1", DiscardWarmingTimeout))
+			}
+			// 10m1s since its creation, 1m1s since the restart.
+			clock.Advance(time.Minute + time.Second)
+			c2.TendPools(t.Context())
+			if createdAtKnown {
+				if got := discarded(); got != 1 {
+					t.Fatalf("discarded %v 10m1s after its creation, want 1: the timeout counts from CreatedAt", got)
+				}
+			} else {
+				if got := discarded(); got != 0 {
+					t.Fatalf("discarded %v 1m1s after it was first listed, without CreatedAt; want 0", got)
+				}
+				clock.Advance(9 * time.Minute) // 10m1s since first listed
+				c2.TendPools(t.Context())
+				if got := discarded(); got != 1 {
+					t.Fatalf("discarded %v 10m1s after it was first listed, want 1", got)
+				}
+			}
+			eventually(t, id+" deleted", func() bool { _, ok := p.Machine(id); return !ok })
+		})
 	}
 }

@@ -284,6 +284,9 @@ func (w *providerWorkers) create(ctx context.Context, inst *instance) {
 		inst.state = got.State
 	}
 	standby := inst.isStandby()
+	if standby {
+		inst.warmingSince = now
+	}
 	c.mu.Unlock()
 	if standby {
 		c.log.Info("warm pool: standby accepted", "group", g.spec.ID, "instance", inst.name, "providerID", got.ProviderID)

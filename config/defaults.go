@@ -56,6 +56,7 @@ func (c *Config) applyDefaults(set map[string]bool) {
 		}
 	}
 	c.applyGceDefaults(unset)
+	c.applyWarmPoolDefaults(set)
 	if k := c.Providers.Kwok; k != nil {
 		const p = "providers.kwok"
 		if unset(p + ".namespace") {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prebake-dev/prebake/providers"
 )
@@ -18,6 +19,24 @@ type WarmPool struct {
 	// State is how a standby rests: stopped or suspended, one the group's
 	// provider can park in. Empty means stopped.
 	State string `yaml:"state"`
+	// WarmingTimeout is how long a standby may stay warming (created, not
+	// reported prepared yet) before it is deleted and replaced.
+	WarmingTimeout Duration `yaml:"warmingTimeout"`
+}
+
+// defaultWarmingTimeout is warmPool.warmingTimeout left out: a cloud VM
+// boots and runs the prepare-only script in a few minutes, so ten is a
+// report that is not coming. docs/configuration.md gives the same value.
+const defaultWarmingTimeout = 10 * time.Minute
+
+// applyWarmPoolDefaults fills in each warmPool's warmingTimeout left out.
+func (c *Config) applyWarmPoolDefaults(set map[string]bool) {
+	for i := range c.NodeGroups {
+		wp := c.NodeGroups[i].WarmPool
+		if wp != nil && !set[joinIndex("nodeGroups", i)+".warmPool.warmingTimeout"] {
+			wp.WarmingTimeout.Duration = defaultWarmingTimeout
+		}
+	}
 }
 
 // WarmPoolSpec is the group's warm pool with its default applied: the
@@ -31,6 +50,15 @@ func (g NodeGroup) WarmPoolSpec() (size int, state providers.StandbyState) {
 		state = providers.StandbyStopped
 	}
 	return g.WarmPool.Size, state
+}
+
+// WarmingTimeout is the group's warmPool.warmingTimeout, its default
+// applied; 0 when the group has no warm pool.
+func (g NodeGroup) WarmingTimeout() time.Duration {
+	if g.WarmPool == nil {
+		return 0
+	}
+	return g.WarmPool.WarmingTimeout.Duration
 }
 
 func standbyStateNames() string {
@@ -57,6 +85,9 @@ func (v *validator) groupWarmPool(p, name string, g NodeGroup) {
 	}
 	if wp.State != "" && !slices.Contains(providers.StandbyStates, providers.StandbyState(wp.State)) {
 		v.errorf(p+".state", "%s: warmPool.state %q is not a standby state; use %s (docs/warm-pool.md)", name, short(wp.State), standbyStateNames())
+	}
+	if wp.WarmingTimeout.Duration <= 0 {
+		v.errorf(p+".warmingTimeout", "%s: warmPool.warmingTimeout is %s; it must be more than 0 (default %s): a standby still warming after it is deleted and replaced", name, wp.WarmingTimeout, defaultWarmingTimeout)
 	}
 	if wp.Size > 0 && g.UserDataFile != "" {
 		v.errorf(p, "%s: warmPool needs the user-data prebake renders, and userDataFile replaces it: a standby is prepared by one script and joins with another; remove one of them", name)

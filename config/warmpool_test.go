@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prebake-dev/prebake/providers"
 )
@@ -16,19 +17,25 @@ func TestParseWarmPool(t *testing.T) {
 	if size, state := c.NodeGroups[0].WarmPoolSpec(); size != 2 || state != providers.StandbyStopped {
 		t.Errorf("WarmPoolSpec = %d %q, want 2 stopped (the default state)", size, state)
 	}
-	c, err = Parse([]byte(base+"    warmPool: {size: 1, state: suspended}\n"), "test.yaml")
+	if got := c.NodeGroups[0].WarmingTimeout(); got != 10*time.Minute {
+		t.Errorf("WarmingTimeout = %s, want the default 10m", got)
+	}
+	c, err = Parse([]byte(base+"    warmPool: {size: 1, state: suspended, warmingTimeout: 4m30s}\n"), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if size, state := c.NodeGroups[0].WarmPoolSpec(); size != 1 || state != providers.StandbySuspended {
 		t.Errorf("WarmPoolSpec = %d %q, want 1 suspended", size, state)
 	}
+	if got := c.NodeGroups[0].WarmingTimeout(); got != 270*time.Second {
+		t.Errorf("WarmingTimeout = %s, want 4m30s as written", got)
+	}
 	plain, err := Parse([]byte(base), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if size, state := plain.NodeGroups[0].WarmPoolSpec(); size != 0 || state != "" {
-		t.Errorf("a group without warmPool: %d %q", size, state)
+	if size, state := plain.NodeGroups[0].WarmPoolSpec(); size != 0 || state != "" || plain.NodeGroups[0].WarmingTimeout() != 0 {
+		t.Errorf("a group without warmPool: %d %q %s", size, state, plain.NodeGroups[0].WarmingTimeout())
 	}
 }
 
@@ -38,6 +45,10 @@ func TestParseWarmPoolErrors(t *testing.T) {
 		{"negative", base + "    warmPool: {size: -1}\n", `test.yaml:13: node group "small": warmPool.size -1 is negative`},
 		{"above maxSize", base + "    warmPool: {size: 11}\n", `node group "small": warmPool.size 11 is more than maxSize 10: standbys count toward maxSize`},
 		{"unknown state", base + "    warmPool: {size: 1, state: hibernated}\n", `node group "small": warmPool.state "hibernated" is not a standby state; use stopped or suspended`},
+		{"zero warmingTimeout", base + "    warmPool: {size: 1, warmingTimeout: 0s}\n",
+			`test.yaml:13: node group "small": warmPool.warmingTimeout is 0s; it must be more than 0 (default 10m0s)`},
+		{"negative warmingTimeout", base + "    warmPool: {size: 1, warmingTimeout: -5m}\n", `node group "small": warmPool.warmingTimeout is -5m0s; it must be more than 0`},
+		{"warmingTimeout without unit", base + "    warmPool: {size: 1, warmingTimeout: 600}\n", `duration "600" has no unit`},
 		{"unknown field", base + "    warmPool: {size: 1, ttl: 1h}\n", `unknown field "ttl"`},
 		{"userDataFile", base + "    userDataFile: /dev/null\n    warmPool: {size: 1}\n", `node group "small": warmPool needs the user-data prebake renders, and userDataFile replaces it`},
 	} {

@@ -44,6 +44,10 @@ type Provider struct {
 	// Standby is the Capabilities' list of states it parks standbys in;
 	// nil means it keeps no warm pool (Park and Resume fail).
 	Standby []providers.StandbyState
+	// Now, when set, is the clock Create stamps CreatedAt with (nil:
+	// time.Now). One that returns the zero time lists every machine's
+	// creation time as unknown, as a cloud that does not say.
+	Now func() time.Time
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -266,6 +270,9 @@ func (p *Provider) Create(ctx context.Context, req providers.CreateRequest) (pro
 		ProviderID: id, Name: req.Name, Group: req.Group, State: providers.StateCreating,
 		Image: req.Image, ImageKind: req.ImageKind, CreatedAt: time.Now(),
 	}
+	if p.Now != nil {
+		m.CreatedAt = p.Now()
+	}
 	if req.Standby != "" {
 		m.Standby = providers.Standby{State: req.Standby, Phase: providers.StandbyWarming}
 	}
@@ -436,6 +443,21 @@ func (p *Provider) PrepareStandbys() int {
 		}
 	}
 	return n
+}
+
+// PrepareStandby makes the warming standby providerID prepared, as
+// PrepareStandbys does for all of them.
+func (p *Provider) PrepareStandby(providerID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.machines[providerID]
+	if !ok || m.Standby.Phase != providers.StandbyWarming {
+		return false
+	}
+	m.Standby.Phase = providers.StandbyPrepared
+	m.State = providers.StateRunning
+	p.machines[providerID] = m
+	return true
 }
 
 // FailStandby makes a standby list as failed, as one whose prepare-only

@@ -433,6 +433,7 @@ func groupSpecs(cfg *config.Config) ([]autoscaling.GroupSpec, error) {
 			ImageContainerImages: g.Image.ContainerImages,
 		}
 		spec.WarmPool.Size, spec.WarmPool.State = g.WarmPoolSpec()
+		spec.WarmPool.WarmingTimeout = g.WarmingTimeout()
 		if g.UserDataFile != "" {
 			b, err := os.ReadFile(g.UserDataFile)
 			if err != nil {
