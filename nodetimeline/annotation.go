@@ -14,20 +14,34 @@ import (
 // Each word is KEY=TIME, TIME in RFC 3339 with milliseconds in UTC, on the clock of the host
 // prebake runs on. A key that is absent was not observed (yet). The keys, in this order:
 //
-//   - requested: IncreaseSize recorded the instance;
-//   - accepted: the provider's create call returned (the cloud has the machine);
+//   - requested: IncreaseSize recorded the instance (for a warm-pool standby: took it);
+//   - accepted: the provider's create call returned (the cloud has the machine), or for a
+//     warm-pool standby its resume call;
 //   - running: a List first said the machine runs, or its Node registered, whichever came first;
 //   - registered: prebake's Node watch first saw the Node;
 //   - ready: the watch first saw it Ready;
 //   - podRunning: the first pod on it (not a DaemonSet's or a static pod) was seen Running.
 //
+// One word is no time: from=warm-pool, last, on the Node of a machine that was a warm-pool
+// standby IncreaseSize took and resumed rather than created. Without it the machine was
+// created. A reader ignores a from value it does not know.
+//
 // The format is stable: readers ignore keys they do not know, and a key once written keeps
 // its value.
 const Annotation = "prebake.dev/timeline"
 
+// fromKey and fromWarmPool are the Annotation's word for a resumed warm-pool standby.
+const (
+	fromKey      = "from"
+	fromWarmPool = "warm-pool"
+)
+
 // Moments are the times of the Annotation; a zero time was not observed.
 type Moments struct {
 	Requested, Accepted, Running, Registered, Ready, PodRunning time.Time
+	// FromWarmPool: the machine was a warm-pool standby, resumed rather than created
+	// (the word from=warm-pool).
+	FromWarmPool bool
 }
 
 // momentKeys are the Annotation's keys in order, with the field each one holds.
@@ -53,6 +67,9 @@ func (m Moments) Format() string {
 			words = append(words, k.key+"="+t.UTC().Truncate(time.Millisecond).Format(annotationTimeLayout))
 		}
 	}
+	if m.FromWarmPool {
+		words = append(words, fromKey+"="+fromWarmPool)
+	}
 	return strings.Join(words, " ")
 }
 
@@ -67,6 +84,7 @@ func (m Moments) Merge(o Moments) Moments {
 			*at = *k.at(&o)
 		}
 	}
+	m.FromWarmPool = m.FromWarmPool || o.FromWarmPool
 	return m
 }
 
@@ -78,6 +96,10 @@ func ParseMoments(value string) (Moments, error) {
 		key, v, ok := strings.Cut(w, "=")
 		if !ok {
 			return Moments{}, fmt.Errorf("annotation %s=%q: word %q: want KEY=TIME", Annotation, value, w)
+		}
+		if key == fromKey {
+			m.FromWarmPool = m.FromWarmPool || v == fromWarmPool
+			continue
 		}
 		for _, k := range momentKeys {
 			if k.key != key {

@@ -113,6 +113,15 @@ func writeText(w io.Writer, r Report, md bool) error {
 			components[c]++
 		}
 	}
+	pooled := 0
+	for _, n := range r.Nodes {
+		if n.FromWarmPool {
+			pooled++
+		}
+	}
+	if pooled > 0 {
+		fmt.Fprintf(w, "FROM WARM POOL: %d of the nodes were resumed standbys (FROM: warm pool), not created: IncreaseSize took a parked machine, →ACCEPTED is its resume call and →RUNNING the restart of a machine prepared before. The summary counts them with the created nodes.\n", pooled)
+	}
 	for _, c := range slices.Sorted(maps.Keys(components)) {
 		fmt.Fprintf(w, "The CA Events of %d of the nodes were written by %s, not cluster-autoscaler.\n", components[c], c)
 	}
@@ -125,12 +134,19 @@ func writeText(w io.Writer, r Report, md bool) error {
 		heading("Phases per node")
 		t := &table{md: md}
 		hdr := []string{"NODE", "GROUP", "IMAGE KIND"}
+		if pooled > 0 {
+			// Only then: a report without resumed standbys keeps its columns.
+			hdr = append(hdr, "FROM")
+		}
 		for _, c := range phaseColumns {
 			hdr = append(hdr, c.header)
 		}
 		t.add(hdr...)
 		for _, n := range r.Nodes {
 			row := []string{n.Name, n.Group, orDash(n.ImageKind)}
+			if pooled > 0 {
+				row = append(row, originCell(n))
+			}
 			for _, c := range phaseColumns {
 				row = append(row, phaseCell(n.Phase(c.phase)))
 			}
@@ -247,6 +263,18 @@ func usedUnknowns(r Report) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// originCell says where a node's machine came from: a resumed warm-pool standby, a create,
+// or unknown where prebake's annotation is missing (a Node without it can't say).
+func originCell(n Node) string {
+	switch {
+	case n.FromWarmPool:
+		return "warm pool"
+	case n.Moment(Requested).Known():
+		return "create"
+	}
+	return "? " + UnknownNoAnnotation
 }
 
 func join(a, b string) string {

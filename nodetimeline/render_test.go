@@ -67,6 +67,9 @@ func TestWriteFormats(t *testing.T) {
 	if !strings.Contains(md.String(), "| NODE | GROUP | IMAGE KIND | PENDING→CA |") || !strings.Contains(md.String(), "|---|---|") {
 		t.Errorf("markdown lacks its table header:\n%s", md.String())
 	}
+	if strings.Contains(out, "FROM") {
+		t.Errorf("a report without resumed standbys shows the warm pool:\n%s", out)
+	}
 
 	var js bytes.Buffer
 	if err := Write(&js, r, FormatJSON); err != nil {
@@ -97,6 +100,67 @@ func TestWriteMarksSimulated(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// A node whose machine was a resumed warm-pool standby says so, in its own column beside
+// the created ones, in a line above the table and in the JSON.
+func TestWriteMarksResumedStandbys(t *testing.T) {
+	t.Parallel()
+	in := scaleUp()
+	pooled := nodeOf{name: "cx-fsn1-pl00l", group: "cx-fsn1", kind: "prebaked", image: prebakedImage, created: 12, readySince: 13,
+		moments: "requested=2026-12-02T10:00:02.512Z accepted=2026-12-02T10:00:03.020Z running=2026-12-02T10:00:06.000Z " +
+			"registered=2026-12-02T10:00:11.900Z ready=2026-12-02T10:00:12.700Z from=warm-pool"}
+	in.Nodes = append(in.Nodes, pooled.build(), nodeOf{name: "cx-fsn1-old01", group: "cx-fsn1", kind: "prebaked", created: 400, readySince: 402}.build())
+	r := Build(in)
+	if n := find(t, r, "cx-fsn1-pl00l"); !n.FromWarmPool || !strings.Contains(n.Moment(Accepted).Source, "resume") {
+		t.Errorf("pooled node = FromWarmPool %v, accepted from %q; want from the warm pool, accepted by its resume", n.FromWarmPool, n.Moment(Accepted).Source)
+	}
+	if n := find(t, r, "cx-fsn1-ab3de"); n.FromWarmPool {
+		t.Error("a created node is marked from the warm pool")
+	}
+
+	var table bytes.Buffer
+	if err := Write(&table, r, FormatTable); err != nil {
+		t.Fatal(err)
+	}
+	out := table.String()
+	if !strings.Contains(out, "FROM WARM POOL: 1 of the nodes were resumed standbys") {
+		t.Errorf("table lacks the warm-pool line:\n%s", out)
+	}
+	cells := map[string]string{}
+	var header []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 4 && f[0] == "NODE" && f[1] == "GROUP" && header == nil:
+			header = f
+		case len(f) > 4 && header != nil && strings.HasPrefix(f[0], "cx-fsn1-") && cells[f[0]] == "":
+			cells[f[0]] = strings.Join(f[3:5], " ")
+		}
+	}
+	if len(header) < 5 || header[3] != "KIND" || header[4] != "FROM" {
+		t.Fatalf("phase table header %q: want FROM after IMAGE KIND", header)
+	}
+	for node, want := range map[string]string{"cx-fsn1-pl00l": "warm pool", "cx-fsn1-ab3de": "create ", "cx-fsn1-old01": "? no"} {
+		if got := cells[node]; !strings.HasPrefix(got+" ", want) {
+			t.Errorf("FROM of %s = %q, want %q", node, got, want)
+		}
+	}
+
+	var md bytes.Buffer
+	if err := Write(&md, r, FormatMarkdown); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| NODE | GROUP | IMAGE KIND | FROM | PENDING→CA |") || !strings.Contains(md.String(), "| cx-fsn1-pl00l | cx-fsn1 | prebaked | warm pool |") {
+		t.Errorf("markdown lacks the FROM column:\n%s", md.String())
+	}
+	var js bytes.Buffer
+	if err := Write(&js, r, FormatJSON); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(js.String(), `"fromWarmPool": true`); n != 1 {
+		t.Errorf("JSON has %d nodes fromWarmPool, want 1:\n%s", n, js.String())
 	}
 }
 

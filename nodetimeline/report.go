@@ -182,6 +182,10 @@ type Node struct {
 	// Problems are inconsistencies the report found (out-of-order phases, unreadable
 	// annotations).
 	Problems []string `json:"problems,omitempty"`
+	// FromWarmPool: the machine was a warm-pool standby IncreaseSize took and resumed, not
+	// a machine it created (the Annotation's from=warm-pool). Its create accepted moment is
+	// the resume call's return, and its boot a restart of a prepared machine.
+	FromWarmPool bool `json:"fromWarmPool,omitempty"`
 }
 
 // Moment returns the node's moment called name.
@@ -342,6 +346,7 @@ func buildNode(n *corev1.Node, ev eventIndex, pods podIndex) Node {
 			row.Problems = append(row.Problems, err.Error())
 		}
 	}
+	row.FromWarmPool = pm.FromWarmPool
 	fromPrebake := func(name string, at time.Time, key string) Moment {
 		if at.IsZero() {
 			return Moment{Name: name, Unknown: UnknownNoAnnotation}
@@ -352,6 +357,10 @@ func buildNode(n *corev1.Node, ev eventIndex, pods podIndex) Node {
 		Requested: fromPrebake(Requested, pm.Requested, "requested"),
 		Accepted:  fromPrebake(Accepted, pm.Accepted, "accepted"),
 		Running:   fromPrebake(Running, pm.Running, "running"),
+	}
+	if a := m[Accepted]; pm.FromWarmPool && a.Known() {
+		a.Source += " (the warm-pool standby's resume returned)"
+		m[Accepted] = a
 	}
 	if !pm.Registered.IsZero() {
 		m[Registered] = fromPrebake(Registered, pm.Registered, "registered")

@@ -406,6 +406,25 @@ func TestMomentsFormatParseMerge(t *testing.T) {
 	if (Moments{}).Format() != "" || !(Moments{}).IsZero() {
 		t.Error("zero Moments")
 	}
+
+	pooled := Moments{Requested: at(2.512), FromWarmPool: true}
+	if v := pooled.Format(); v != "requested=2026-12-02T10:00:02.512Z from=warm-pool" {
+		t.Errorf("Format of a resumed standby = %q", v)
+	}
+	for value, want := range map[string]bool{
+		"requested=2026-12-02T10:00:02.512Z from=warm-pool": true,
+		"from=warm-pool requested=2026-12-02T10:00:02.512Z": true,
+		"requested=2026-12-02T10:00:02.512Z from=elsewhere": false, // a from this reader doesn't know
+		"requested=2026-12-02T10:00:02.512Z":                false,
+	} {
+		got, err := ParseMoments(value)
+		if err != nil || got.FromWarmPool != want || !got.Requested.Equal(at(2.512)) {
+			t.Errorf("ParseMoments(%q) = %+v, %v; want FromWarmPool %v", value, got, err, want)
+		}
+	}
+	if !(Moments{}).Merge(pooled).FromWarmPool || !pooled.Merge(Moments{}).FromWarmPool {
+		t.Error("Merge lost from=warm-pool: once written it stays")
+	}
 }
 
 func names(r Report) string {

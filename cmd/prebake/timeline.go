@@ -31,7 +31,8 @@ Times come from the API objects: prebake's own moments from the Node's prebake.d
 annotation (prebake serve writes it), the node script's from prebake.dev/bootstrap, CA's
 from its Events (kept for the API server's --event-ttl, 1h by default). What can't be known
 says why; nothing is filled in. A machine clock that contradicts the cluster's is shown.
-kwok's nodes are marked SIMULATED. Progress goes to stderr.
+kwok's nodes are marked SIMULATED. A node whose machine was a warm-pool standby, resumed
+rather than created, shows "warm pool" in a FROM column. Progress goes to stderr.
 
 It needs list on nodes, pods and events (docs/timeline.md has a ClusterRole).
 --metrics-url adds prebake's own histograms (every instance since it started).`,

@@ -115,6 +115,7 @@ func (w *timelineWriter) sync(ctx context.Context, name string) error {
 	want := have.Merge(nodetimeline.Moments{
 		Requested: tl.Requested, Accepted: tl.Accepted, Running: tl.Running,
 		Registered: tl.Registered, Ready: tl.Ready, PodRunning: tl.PodRunning,
+		FromWarmPool: tl.FromWarmPool,
 	})
 	if want.IsZero() || present && want == have {
 		return nil

@@ -123,6 +123,38 @@ func TestTimelineWriterAnnotatesNodes(t *testing.T) {
 	}
 }
 
+// A machine that was a resumed warm-pool standby says so on its Node: the word
+// from=warm-pool, which `prebake timeline` shows.
+func TestTimelineWriterMarksResumedStandbys(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	core := &stubCore{timelines: map[string]autoscaling.InstanceTimeline{
+		"fake://p": {Group: "g", FromWarmPool: true, Requested: t0, Accepted: t0.Add(30 * time.Millisecond)},
+		"fake://c": {Group: "g", Requested: t0, Accepted: t0.Add(40 * time.Millisecond)},
+	}}
+	p, c := testNode("p", "fake://p", nil), testNode("c", "fake://c", nil)
+	client := kubefake.NewClientset(p, c)
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	_ = store.Add(p)
+	_ = store.Add(c)
+	w := newTimelineWriter(client, core, store, slog.New(slog.DiscardHandler))
+	for node, want := range map[string]string{
+		"p": "requested=2026-12-02T10:00:00.000Z accepted=2026-12-02T10:00:00.030Z from=warm-pool",
+		"c": "requested=2026-12-02T10:00:00.000Z accepted=2026-12-02T10:00:00.040Z",
+	} {
+		if err := w.sync(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		got, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := got.Annotations[nodetimeline.Annotation]; v != want {
+			t.Errorf("annotation of %s = %q, want %q", node, v, want)
+		}
+	}
+}
+
 // The pod watch waits for the first workload pod Running on its Node: a DaemonSet's pod, a
 // pod of another node or a Pending one are not it.
 func TestPodWatchFindsTheFirstWorkloadPodRunning(t *testing.T) {
