@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prebake-dev/prebake/providers"
 	"github.com/prebake-dev/prebake/providers/gce"
@@ -101,4 +102,51 @@ func TestGceQuotaExceededIsOutOfResources(t *testing.T) {
 	if v[0].Error.Class != providers.ErrorOutOfResources || v[0].Error.Code != "QUOTA_EXCEEDED" {
 		t.Fatalf("central instances = %+v, want OutOfResources QUOTA_EXCEEDED", v)
 	}
+}
+
+// A GCE take that a killed process left between the marker's removal and
+// the start: a restarted core adopts the TERMINATED instance and, once
+// the provider's grace is over, shows it to CA failed, so CA deletes it
+// at once rather than after --max-node-provision-time.
+func TestGceInterruptedTakeShowsFailedAfterRestart(t *testing.T) {
+	t.Parallel()
+	clk := gcefake.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	f := gcefake.New(gcefake.Options{Now: clk.Now})
+	t.Cleanup(f.Close)
+	p, err := gce.New(t.Context(), gce.Options{Project: f.Project(), Endpoint: f.URL(), Cluster: "test", Rate: 1000, Burst: 1000, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	// What the killed process did: a standby created and parked, then its
+	// marker removed and nothing more (here the setMetadata fails).
+	req := providers.CreateRequest{Name: "west-s1", Cluster: "test", Group: "west", MachineType: "e2-standard-2", Location: "europe-west4-a",
+		ImageKind: providers.ImageRuntimeInstall, UserData: []byte("#cloud-config\n"), Standby: providers.StandbyStopped}
+	in, err := p.Create(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Park(t.Context(), in.ProviderID, providers.StandbyStopped); err != nil {
+		t.Fatal(err)
+	}
+	f.Fail(http.MethodPost, "zones/europe-west4-a/instances/west-s1/setMetadata", 1, gcefake.ErrInvalid)
+	if _, err := p.Resume(t.Context(), in.ProviderID, []byte("#cloud-config\n# join\n")); err == nil {
+		t.Fatal("Resume succeeded through a failed setMetadata")
+	}
+
+	c := newCoreWith(t, p, func(o *Options) { o.Now = clk.Now },
+		GroupSpec{ID: "west", Provider: "gce", MaxSize: 5, MachineType: "e2-standard-2", Zone: "europe-west4-a", Region: "europe-west4"})
+	if v := mustNodes(t, c, "west"); len(v) != 1 || v[0].ProviderID != in.ProviderID || v[0].Error != nil {
+		t.Fatalf("adopted within the grace: %+v, want %s without error", v, in.ProviderID)
+	}
+	clk.Advance(3 * time.Minute)
+	c.Sync(t.Context(), true)
+	v := mustNodes(t, c, "west")
+	if len(v) != 1 || v[0].Error == nil || v[0].Error.Code != "resume_interrupted" {
+		t.Fatalf("after the grace: %+v, want %s failed with resume_interrupted", v, in.ProviderID)
+	}
+	if err := c.DeleteNodes("west", []Node{{ProviderID: in.ProviderID}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the half-taken instance deleted", func() bool { clk.Advance(time.Second); return len(f.Instances()) == 0 })
 }

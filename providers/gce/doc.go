@@ -25,6 +25,9 @@
 //     starts or resumes the instance, so no instance is both a standby and
 //     joined. The standby's resume hook runs the new user-data, since the
 //     instance-id, and so cloud-init's once-per-instance run, persists.
+//     The same setLabels dates the take (prebake-dev_resuming) until the
+//     start is done, and List shows a take left stopped past a short grace
+//     as failed.
 //   - The provider is also the image catalog's backend (builder.go, images.go):
 //     image builders are instances without the ownership labels and without
 //     a service account, that report through a guest attribute

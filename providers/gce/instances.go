@@ -74,6 +74,7 @@ func (p *Provider) instance(zone string, in *computepb.Instance) providers.Insta
 		// A standby STOPPING or SUSPENDING is being parked, not deleted.
 		out.State = providers.StateRunning
 	}
+	out.Error = interruptedTake(in, p.o.Now())
 	return out
 }
 

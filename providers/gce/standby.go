@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -31,6 +33,45 @@ import (
 // runs the new node script. The standby reports prepared (or failed)
 // through the guest attribute bootstrap.StandbyAttribute, so a standby's
 // metadata has enable-guest-attributes=TRUE.
+
+// labelResuming=<unix seconds> (prebake-dev_resuming) dates a take: Resume
+// sets it in the setLabels call that removes the standby label, and
+// removes it once the start or resume operation is DONE. GCE lists a
+// stopped instance like any other, so without it a take killed between
+// the two would leave a TERMINATED machine that never joins, which CA
+// deletes only after --max-node-provision-time; with it, List shows that
+// machine failed after resumeGrace, and CA deletes it at once.
+const labelResuming = "prebake.dev/resuming"
+
+// resumeGrace is how long an instance may stay TERMINATED or SUSPENDED
+// with labelResuming before List shows it failed: more than a Resume
+// between its setLabels and its start takes (a setMetadata, a call
+// retried within the core's one-minute call timeout), so a take still
+// under way is never shown failed.
+const resumeGrace = 2 * time.Minute
+
+// interruptedTake is the error List shows for in, an instance whose take
+// began at its labelResuming and which is still TERMINATED or SUSPENDED
+// resumeGrace later; nil for any other instance. An unreadable value
+// counts as long ago: only Resume writes the label.
+func interruptedTake(in *computepb.Instance, now time.Time) *providers.InstanceError {
+	v, ok := in.GetLabels()[LabelKey(labelResuming)]
+	status := in.GetStatus()
+	if !ok || status != "TERMINATED" && status != "SUSPENDED" {
+		return nil
+	}
+	since := "at an unreadable time"
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		began := time.Unix(secs, 0)
+		if now.Sub(began) <= resumeGrace {
+			return nil
+		}
+		since = now.Sub(began).Round(time.Second).String() + " ago"
+	}
+	return &providers.InstanceError{Class: providers.ErrorOther, Code: "resume_interrupted",
+		Message: fmt.Sprintf("instance %s was a warm-pool standby whose take stopped half-way: its standby label went %s (label %s=%s), but it is still %s and was never started, so it will never join; delete it (cluster-autoscaler does, as a failed instance)",
+			in.GetName(), since, LabelKey(labelResuming), v, status)}
+}
 
 // standbyStates are the states Capabilities declares.
 var standbyStates = []providers.StandbyState{providers.StandbyStopped, providers.StandbySuspended}
@@ -177,11 +218,12 @@ func (p *Provider) Park(ctx context.Context, id string, state providers.StandbyS
 }
 
 // Resume implements providers.Provider, in this order: the standby label
-// goes (setLabels), the instance's user-data becomes userData (setMetadata;
-// never logged), then a TERMINATED instance is started and a SUSPENDED one
-// resumed, and Resume returns once that operation is DONE (a start can
-// meet a stockout). An instance that runs gets the user-data and no start:
-// its resume hook, running already, takes it.
+// goes and labelResuming comes (one setLabels), the instance's user-data
+// becomes userData (setMetadata; never logged), then a TERMINATED instance
+// is started and a SUSPENDED one resumed; once that operation is DONE (a
+// start can meet a stockout), labelResuming goes (setLabels) and Resume
+// returns. An instance that runs gets the user-data and no start: its
+// resume hook, running already, takes it.
 func (p *Provider) Resume(ctx context.Context, id string, userData []byte) (providers.Instance, error) {
 	ref, in, err := p.standby(ctx, id, "resume")
 	if err != nil {
@@ -191,9 +233,18 @@ func (p *Provider) Resume(ctx context.Context, id string, userData []byte) (prov
 	if n := len(userData); n > maxUserData {
 		return providers.Instance{}, &userDataTooLargeError{name: ref.Name, group: labels[providers.LabelGroup], size: n}
 	}
-	// From here on every List shows a machine that joins.
+	// From here on every List shows a machine that joins, dated by
+	// labelResuming: one this take leaves stopped lists failed.
 	if labels[providers.LabelStandby] != "" {
-		if in, err = p.dropStandbyLabel(ctx, ref, in); err != nil {
+		began := strconv.FormatInt(p.o.Now().Unix(), 10)
+		if in, err = p.relabel(ctx, ref, in, func(l map[string]string) bool {
+			if l[LabelKey(providers.LabelStandby)] == "" {
+				return false
+			}
+			delete(l, LabelKey(providers.LabelStandby))
+			l[LabelKey(labelResuming)] = began
+			return true
+		}); err != nil {
 			return providers.Instance{}, fmt.Errorf("gce: resume %s: remove the label %s: %w", id, LabelKey(providers.LabelStandby), err)
 		}
 	}
@@ -217,18 +268,34 @@ func (p *Provider) Resume(ctx context.Context, id string, userData []byte) (prov
 		return providers.Instance{}, fmt.Errorf("gce: resume %s (%s): %w", id, in.GetStatus(), err)
 	}
 	p.log.Info("standby resumed", "group", labels[providers.LabelGroup], "instance", ref.Name, "providerID", id, "was", in.GetStatus())
+	// The take is done. A label left behind harms nothing while the machine
+	// runs, so failing to remove it fails no resume.
+	if _, err := p.relabel(ctx, ref, in, func(l map[string]string) bool {
+		_, ok := l[LabelKey(labelResuming)]
+		delete(l, LabelKey(labelResuming))
+		return ok
+	}); err != nil {
+		p.log.Warn("gce: the resumed instance keeps its label "+LabelKey(labelResuming)+"; if it is ever stopped, List shows it failed",
+			"instance", ref.Name, "providerID", id, "err", err)
+	}
 	out := p.instance(ref.Zone, in)
 	out.State, out.Standby, out.Error = providers.StateCreating, providers.Standby{}, nil
 	return out, nil
 }
 
-// dropStandbyLabel removes the standby label with the current label
-// fingerprint, again with a fresh one when another writer changed the
-// labels meanwhile.
-func (p *Provider) dropStandbyLabel(ctx context.Context, ref providerid.Ref, in *computepb.Instance) (*computepb.Instance, error) {
+// relabel changes the instance's labels as edit does (GCE keys) with
+// setLabels and the current label fingerprint, again with a fresh one when
+// another writer changed the labels meanwhile. edit returns false when
+// there is nothing (left) to change: no call is made then.
+func (p *Provider) relabel(ctx context.Context, ref providerid.Ref, in *computepb.Instance, edit func(map[string]string) bool) (*computepb.Instance, error) {
 	for try := 0; ; try++ {
 		labels := maps.Clone(in.GetLabels())
-		delete(labels, LabelKey(providers.LabelStandby))
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		if !edit(labels) {
+			return in, nil
+		}
 		op, err := p.instances.SetLabels(ctx, &computepb.SetLabelsInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name,
 			InstancesSetLabelsRequestResource: &computepb.InstancesSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(in.GetLabelFingerprint())}})
 		if err == nil {
@@ -242,9 +309,6 @@ func (p *Provider) dropStandbyLabel(ctx context.Context, ref providerid.Ref, in 
 		}
 		if in, err = p.instances.Get(ctx, &computepb.GetInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name}); err != nil {
 			return nil, err
-		}
-		if FromGCE(in.GetLabels())[providers.LabelStandby] == "" {
-			return in, nil
 		}
 	}
 }

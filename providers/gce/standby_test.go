@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -165,10 +166,14 @@ func TestResumeOrderAndUserData(t *testing.T) {
 					calls = append(calls, r.Path[strings.LastIndexByte(r.Path, '/')+1:])
 				}
 			}
-			if d := cmp.Diff([]string{"setLabels", "setMetadata", tc.verb}, calls); d != "" {
+			// The last setLabels removes prebake-dev_resuming, once the machine runs.
+			if d := cmp.Diff([]string{"setLabels", "setMetadata", tc.verb, "setLabels"}, calls); d != "" {
 				t.Errorf("calls (-want +got):\n%s", d)
 			}
 			fi := f.Instances()[0]
+			if _, resuming := fi.Labels["prebake-dev_resuming"]; resuming {
+				t.Errorf("after Resume the instance keeps prebake-dev_resuming: %v", fi.Labels)
+			}
 			if _, marked := fi.Labels["prebake-dev_standby"]; marked || fi.UserData != secret || fi.Status != "RUNNING" ||
 				fi.Metadata["enable-guest-attributes"] != "TRUE" || fi.Labels["prebake-dev_cluster"] != "c" {
 				t.Errorf("after Resume: %s labels %v metadata keys %d", fi.Status, fi.Labels, len(fi.Metadata))
@@ -214,6 +219,78 @@ func TestResumeFinishesAnInterruptedTake(t *testing.T) {
 	}
 	if fi := f.Instances()[0]; fi.Status != "RUNNING" || fi.UserData != "#cloud-config\n# join\n" {
 		t.Errorf("after the second Resume: %s, user-data %q", fi.Status, fi.UserData)
+	}
+}
+
+// A take that stops between its setLabels and its start (a process killed;
+// here a setMetadata that fails) leaves the instance TERMINATED or
+// SUSPENDED without the standby label, dated by prebake-dev_resuming. List
+// shows it as usual for resumeGrace, then failed, so CA deletes it at once
+// rather than after --max-node-provision-time. Once a Resume starts it, it
+// is listed as usual, even when the label could not be removed.
+func TestListShowsAnInterruptedTakeFailed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		state  providers.StandbyState
+		status string
+	}{{providers.StandbyStopped, "TERMINATED"}, {providers.StandbySuspended, "SUSPENDED"}} {
+		t.Run(string(tc.state), func(t *testing.T) {
+			t.Parallel()
+			t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+			clk := gcefake.NewClock(t0)
+			f := newFake(t, gcefake.Options{Now: clk.Now})
+			p, err := New(context.Background(), Options{Project: f.Project(), Endpoint: f.URL(), Cluster: "c", Rate: 1000, Burst: 1000,
+				Logger: slog.New(slog.DiscardHandler), Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			ctx := context.Background()
+			in, err := p.Create(ctx, standbyRequest("g-k1", tc.state))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Park(ctx, in.ProviderID, tc.state); err != nil {
+				t.Fatal(err)
+			}
+			base := "zones/" + testZone + "/instances/g-k1/"
+			f.Fail(http.MethodPost, base+"setMetadata", 1, gcefake.ErrInvalid)
+			if _, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n# join\n")); err == nil {
+				t.Fatal("Resume succeeded through a failed setMetadata")
+			}
+			fi := f.Instances()[0]
+			if _, marked := fi.Labels["prebake-dev_standby"]; marked || fi.Labels["prebake-dev_resuming"] != fmt.Sprint(t0.Unix()) || fi.Status != tc.status {
+				t.Fatalf("after the interrupted take: %s, labels %v; want %s, no standby label, prebake-dev_resuming=%d", fi.Status, fi.Labels, tc.status, t0.Unix())
+			}
+
+			clk.Advance(resumeGrace)
+			if l := listedOne(t, p, in.ProviderID); l.Error != nil || l.Standby.Phase != providers.StandbyNone {
+				t.Errorf("listed within the grace: %+v (error %+v), want a machine without error", l, l.Error)
+			}
+			clk.Advance(time.Second)
+			l := listedOne(t, p, in.ProviderID)
+			if l.Error == nil || l.Error.Code != "resume_interrupted" || l.Error.Class != providers.ErrorOther ||
+				!strings.Contains(l.Error.Message, "g-k1") || !strings.Contains(l.Error.Message, tc.status) || !strings.Contains(l.Error.Message, "never join") {
+				t.Fatalf("listed %s after the grace: error %+v, want resume_interrupted naming the instance and its status", tc.status, l.Error)
+			}
+
+			// The next Resume finishes the take; its label stays (the removal
+			// fails), which changes nothing for a machine that runs.
+			f.Fail(http.MethodPost, base+"setLabels", 1, gcefake.ErrInvalid)
+			if _, err := p.Resume(ctx, in.ProviderID, []byte("#cloud-config\n# join\n")); err != nil {
+				t.Fatalf("Resume after the interrupted take, its label removal failing: %v", err)
+			}
+			for _, wait := range []time.Duration{0, time.Hour} {
+				clk.Advance(wait)
+				fi := f.Instances()[0]
+				if _, resuming := fi.Labels["prebake-dev_resuming"]; !resuming {
+					t.Fatalf("the failed removal removed prebake-dev_resuming: %v", fi.Labels)
+				}
+				if l := listedOne(t, p, in.ProviderID); l.Error != nil {
+					t.Errorf("%s with prebake-dev_resuming, listed with error %+v; want none", fi.Status, l.Error)
+				}
+			}
+		})
 	}
 }
 
