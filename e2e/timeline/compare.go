@@ -15,9 +15,10 @@ type Comparison struct {
 	Notes   []string
 }
 
-// Row is one phase: from → to, its duration in each column (a negative or missing value is
-// shown as –: the run did not get there, or the phase is not one of its own), and where the
-// figures come from.
+// Row is one phase: from → to, its duration in each column (Unknown or a missing value is
+// shown as –: the run did not get there, or the phase is not one of its own; any other
+// negative value is shown with its sign: "to" was seen before "from"), and where the figures
+// come from.
 type Row struct {
 	Phase, From, To string
 	Values          []time.Duration
@@ -29,10 +30,13 @@ func (c *Comparison) Add(phase, from, to, source string, values ...time.Duration
 	c.Rows = append(c.Rows, Row{Phase: phase, From: from, To: to, Values: values, Source: source})
 }
 
-// Between is to - from, or -1 when either is unknown (zero).
+// Unknown is a duration that was not measured.
+const Unknown time.Duration = -1
+
+// Between is to - from, or Unknown when either is unknown (zero).
 func Between(from, to time.Time) time.Duration {
 	if from.IsZero() || to.IsZero() {
-		return -1
+		return Unknown
 	}
 	return to.Sub(from)
 }
@@ -56,8 +60,16 @@ func (c Comparison) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s → %s |", r.Phase, r.From, r.To)
 		for i := range c.Columns {
 			cell := "–"
-			if i < len(r.Values) && r.Values[i] >= 0 {
-				cell = FormatMS(ms(r.Values[i]))
+			v := Unknown
+			if i < len(r.Values) {
+				v = r.Values[i]
+			}
+			switch {
+			case v == Unknown:
+			case v < 0:
+				cell = "−" + FormatMS(ms(-v))
+			default:
+				cell = FormatMS(ms(v))
 			}
 			fmt.Fprintf(&b, " %s |", cell)
 		}
