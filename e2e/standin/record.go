@@ -40,6 +40,10 @@ type Instance struct {
 	Registered time.Time
 	// Ready is when the Node was first seen Ready=True without the not-ready taint.
 	Ready time.Time
+	// PodBound is when that first pod to run on NodeName was first seen bound to it
+	// (spec.nodeName set): what lies between PodBound and PodRunning is the node's own work
+	// (sandbox, image pull, container start), not the scheduler's.
+	PodBound time.Time
 	// PodRunning is when the first pod on NodeName was seen Running.
 	PodRunning time.Time
 }
@@ -104,6 +108,7 @@ type slot struct {
 type podSeen struct {
 	key         string // namespace/name
 	pendingSeen time.Time
+	bound       time.Time
 	running     time.Time
 	node        string
 }
@@ -160,8 +165,9 @@ func (s *StandIn) inScope(ns string) bool { return s.o.Namespace == "" || ns == 
 func (s *StandIn) onPod(p *corev1.Pod) {
 	now := time.Now()
 	unsched := isUnschedulable(p)
-	running := p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != ""
-	if !unsched && !running {
+	bound := p.Spec.NodeName != ""
+	running := p.Status.Phase == corev1.PodRunning && bound
+	if !unsched && !bound {
 		return
 	}
 	var evs []Event
@@ -177,6 +183,9 @@ func (s *StandIn) onPod(p *corev1.Pod) {
 		if scoped {
 			evs = append(evs, Event{At: now, Kind: EventPodPending, Subject: ps.key, Detail: "PodScheduled=False/Unschedulable"})
 		}
+	}
+	if bound && ps.bound.IsZero() {
+		ps.bound = now
 	}
 	if running && ps.running.IsZero() {
 		ps.running, ps.node = now, p.Spec.NodeName
@@ -322,7 +331,7 @@ func (s *StandIn) Instances() []Instance {
 			rec.NodeName, rec.Registered, rec.Ready = ns.name, ns.registered, ns.ready
 			for _, ps := range s.pods {
 				if ps.node == ns.name && !ps.running.IsZero() && (rec.PodRunning.IsZero() || ps.running.Before(rec.PodRunning)) {
-					rec.PodRunning = ps.running
+					rec.PodRunning, rec.PodBound = ps.running, ps.bound
 				}
 			}
 		}
