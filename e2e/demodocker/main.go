@@ -164,7 +164,7 @@ func prebaked(ctx context.Context, c *clock, w *realnode.World) (realnode.Prebak
 		}
 	}
 	c.printf("building the prebaked image with `prebake images build` (first run: a few minutes)")
-	img, err := w.BuildPrebaked(ctx, repository)
+	img, err := w.BuildPrebaked(ctx, realnode.BuildSpec{Repository: repository})
 	if err != nil {
 		return realnode.Prebaked{}, err
 	}

@@ -138,8 +138,12 @@ func (w *World) WriteConfig(path string, o ConfigOptions) error {
 }
 
 // Recipe is the ImageRecipe of the prebaked image: every component the nodes run at the
-// version they run, and the pod images.
-func (w *World) Recipe(path string) error {
+// version they run, and the pod images (the pause and workload images, then extra).
+func (w *World) Recipe(path string, extra ...string) error {
+	images := make([]string, 0, 2+len(extra))
+	for _, ref := range append([]string{w.PauseImage, w.WorkloadImage}, extra...) {
+		images = append(images, fmt.Sprintf("%q", ref))
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by e2e/realnode: the prebaked image of its nodes.
 apiVersion: prebake.dev/v1alpha1
@@ -152,9 +156,9 @@ images:
     provider: docker
     baseImage: %q
     machineType: %s
-    containerImages: [%q, %q]
+    containerImages: [%s]
     components:
-`, strings.TrimPrefix(kubetest.KubernetesVersion, "v"), w.Base.Ref, MachineType, w.PauseImage, w.WorkloadImage)
+`, strings.TrimPrefix(kubetest.KubernetesVersion, "v"), w.Base.Ref, MachineType, strings.Join(images, ", "))
 	v := w.Versions()
 	for _, name := range slices.Sorted(maps.Keys(v)) {
 		fmt.Fprintf(&b, "      %s: %q\n", name, v[name])
@@ -173,25 +177,35 @@ type Prebaked struct {
 
 var buildMu sync.Mutex
 
+// BuildSpec says which prebaked image BuildPrebaked makes.
+type BuildSpec struct {
+	// Repository holds the image ("" means <world>-node); a <world>- prefix makes Close
+	// remove it.
+	Repository string
+	// ExtraImages are baked besides the pause and workload images.
+	ExtraImages []string
+}
+
 // BuildPrebaked runs `prebake images build` with a config of cluster <world>-img (the
 // docker provider through the same factory as serve) and the world's recipe, streaming its
-// progress to Out, and returns the image it published to candidate. The image is a tag of
-// repository ("" means <world>-node, which Close removes).
-func (w *World) BuildPrebaked(ctx context.Context, repository string) (Prebaked, error) {
+// progress to Out, and returns the image it published to candidate of a catalog of its own
+// (one per repository).
+func (w *World) BuildPrebaked(ctx context.Context, spec BuildSpec) (Prebaked, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	dir := filepath.Join(w.Dir, "images")
+	repository := spec.Repository
+	if repository == "" {
+		repository = w.Name + "-node"
+	}
+	dir := filepath.Join(w.Dir, "images", repository)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Prebaked{}, err
 	}
 	cfg, recipe, catalog := filepath.Join(dir, "config.yaml"), filepath.Join(dir, "recipe.yaml"), filepath.Join(dir, "catalog.yaml")
-	if repository == "" {
-		repository = w.Name + "-node"
-	}
 	if err := w.WriteConfig(cfg, ConfigOptions{Cluster: w.Name + "-img", ImageRepository: repository, Groups: []Group{{ID: "build", MaxSize: 1}}}); err != nil {
 		return Prebaked{}, err
 	}
-	if err := w.Recipe(recipe); err != nil {
+	if err := w.Recipe(recipe, spec.ExtraImages...); err != nil {
 		return Prebaked{}, err
 	}
 	began := time.Now()

@@ -89,7 +89,7 @@ func needPrebaked(t *testing.T, w *World) Prebaked {
 	prebakedOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 		defer cancel()
-		thePrebaked, prebakedErr = w.BuildPrebaked(ctx, "")
+		thePrebaked, prebakedErr = w.BuildPrebaked(ctx, BuildSpec{})
 	})
 	if prebakedErr != nil {
 		t.Fatalf("build the prebaked image: %v", prebakedErr)

@@ -1,6 +1,8 @@
 package realnode
 
 import (
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/prebake-dev/prebake/e2e/standin"
@@ -10,8 +12,13 @@ import (
 // Measured is one phase of one node's scale-up, measured.
 type Measured struct {
 	Phase, From, To, Source string
-	D                       time.Duration // -1: not measured (the node did not get there)
+	D                       time.Duration // timeline.Unknown: not measured (the node did not get there)
 }
+
+// Unmeasured reports whether m was not measured. A negative duration is measured: its "to"
+// was seen before its "from" (a pod Running before the stand-in saw its Node Ready, as CA
+// counts Ready: without the not-ready taint).
+func (m Measured) Unmeasured() bool { return m.D == timeline.Unknown }
 
 // Sources of the figures.
 const (
@@ -23,6 +30,7 @@ const (
 	srcAPI      = "API: Node with the listed providerID seen by the stand-in's watch"
 	srcRunning  = "API: pod Running seen by the stand-in's watch"
 	srcEndToEnd = "stand-in: pod seen Unschedulable → pod Running"
+	srcBound    = "stand-in's pod watch: spec.nodeName first seen → Running first seen"
 )
 
 // Measure lays out one node's scale-up, every figure measured: the stand-in's records (its
@@ -48,6 +56,7 @@ func Measure(in standin.Instance, b Boot) []Measured {
 	add("to registration", "container started", "Node registered", srcAPI, timeline.Between(b.ContainerStarted, in.Registered))
 	add("Ready", "Node registered", "Node Ready", srcStandin, timeline.Between(in.Registered, in.Ready))
 	add("pod Running", "Node Ready", "pod Running", srcRunning, timeline.Between(in.Ready, in.PodRunning))
+	add("on the node", "pod bound", "pod Running", srcBound, timeline.Between(in.PodBound, in.PodRunning))
 	add("end to end", "pod seen Unschedulable", "pod Running", srcEndToEnd, timeline.Between(in.PodPendingSeen, in.PodRunning))
 	return out
 }
@@ -71,4 +80,26 @@ func Compare(title string, columns []string, runs ...[]Measured) timeline.Compar
 		}
 	}
 	return c
+}
+
+// pulledRE matches kubelet's Pulled event for a pull it made (kubernetes
+// pkg/kubelet/images/image_manager.go, the duration printed by time.Duration.String):
+// `Successfully pulled image "ref" in 1.2s (1.2s including waiting). Image size: 123 bytes.`
+var pulledRE = regexp.MustCompile(`Successfully pulled image "[^"]+" in ([0-9][0-9.hmsµn]*) .*Image size: ([0-9]+) bytes`)
+
+// kubeletPull is the pull's duration and image size in kubelet's Pulled event messages.
+func kubeletPull(events string) (time.Duration, int64, bool) {
+	m := pulledRE.FindStringSubmatch(events)
+	if m == nil {
+		return -1, 0, false
+	}
+	d, err := time.ParseDuration(m[1])
+	if err != nil {
+		return -1, 0, false
+	}
+	size, err := strconv.ParseInt(m[2], 10, 64)
+	if err != nil {
+		return -1, 0, false
+	}
+	return d, size, true
 }

@@ -108,7 +108,7 @@ func TestPrebakedAndVanillaScaleUp(t *testing.T) {
 		checkTimelineReport(t, s, node.Name, p.group, in, boot)
 		run := Measure(in, boot)
 		for _, m := range run {
-			if m.D < 0 {
+			if m.Unmeasured() {
 				t.Errorf("%s node %s: phase %q (%s → %s) was not measured", p.kind, node.Name, m.Phase, m.From, m.To)
 			}
 		}

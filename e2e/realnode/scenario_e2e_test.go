@@ -176,6 +176,11 @@ func (s *scenario) createNamespace() {
 // createPod creates a pod that only a node of group fits (its nodeSelector), tolerating the
 // taints, running the workload image.
 func (s *scenario) createPod(name, group string, tolerate []providers.Taint) string {
+	return s.createPodOf(name, group, s.w.WorkloadImage, tolerate)
+}
+
+// createPodOf is createPod with the pod's image (one with busybox's sleep).
+func (s *scenario) createPodOf(name, group, image string, tolerate []providers.Taint) string {
 	t := s.t
 	zero := int64(0)
 	no := false
@@ -191,7 +196,7 @@ func (s *scenario) createPod(name, group string, tolerate []providers.Taint) str
 			TerminationGracePeriodSeconds: &zero,
 			AutomountServiceAccountToken:  &no,
 			Containers: []corev1.Container{{
-				Name: "app", Image: s.w.WorkloadImage, Command: []string{"sleep", "3600"},
+				Name: "app", Image: image, Command: []string{"sleep", "3600"},
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
 				}},

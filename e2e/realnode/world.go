@@ -101,6 +101,45 @@ type World struct {
 	closers      []func() error
 	registryOpts registry.Options
 	registryMu   sync.Mutex
+	largeMu      sync.Mutex
+	large        map[registry.LargeOptions]string
+}
+
+// LargeImage makes the registry's large image (the workload image plus o.Size bytes of
+// incompressible data in o.Layers layers, generated on the fly), pushes it once per options,
+// and returns its reference, named with RegistryName.
+func (w *World) LargeImage(ctx context.Context, o registry.LargeOptions) (string, error) {
+	w.largeMu.Lock()
+	defer w.largeMu.Unlock()
+	if ref, ok := w.large[o]; ok {
+		return ref, nil
+	}
+	bb, err := registry.FetchBusybox(ctx, registry.BuildOptions{Out: w.Out})
+	if err != nil {
+		return "", unavailable(err)
+	}
+	img, err := registry.LargeImage(bb, o)
+	if err != nil {
+		return "", err
+	}
+	w.registryMu.Lock()
+	r := w.Registry
+	w.registryMu.Unlock()
+	if r == nil {
+		return "", fmt.Errorf("push the large image: the registry is stopped (StartRegistry first)")
+	}
+	began := time.Now()
+	w.logf("pushing %s/%s:%s (%d MiB in %d layers) to the registry", RegistryName, img.Repository, img.Tag, o.Size>>20, o.Layers)
+	if _, err := registry.Push(ctx, r.Host(), img); err != nil {
+		return "", err
+	}
+	w.logf("pushed the large image in %s", time.Since(began).Round(time.Millisecond))
+	ref := RegistryName + "/" + img.Repository + ":" + img.Tag
+	if w.large == nil {
+		w.large = map[registry.LargeOptions]string{}
+	}
+	w.large[o] = ref
+	return ref, nil
 }
 
 // StopRegistry stops the local registry, the only place the nodes can pull pod images
