@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/prebake-dev/prebake/bootstrap"
 	"github.com/prebake-dev/prebake/e2e/standin"
 	"github.com/prebake-dev/prebake/e2e/wait"
+	"github.com/prebake-dev/prebake/nodetimeline"
 	"github.com/prebake-dev/prebake/providers/docker"
 )
 
@@ -127,6 +129,22 @@ func TestWarmPoolResumeAgainstFreshCreate(t *testing.T) {
 		}
 		runs = append(runs, run)
 		cols = append(cols, fmt.Sprintf("%s (%s)", p.col, node.Name))
+	}
+	// What a user sees: `prebake timeline` says which node came from the pool (the Node's
+	// timeline annotation, written by prebake serve once the Node registered).
+	var from map[string]bool
+	if err := wait.Poll(s.ctx, time.Minute, time.Second, func(context.Context) (bool, error) {
+		var rep nodetimeline.Report
+		if err := json.Unmarshal([]byte(s.runTimeline("-o", "json")), &rep); err != nil {
+			return false, err
+		}
+		from = map[string]bool{}
+		for _, n := range rep.Nodes {
+			from[n.Group] = n.FromWarmPool
+		}
+		return len(from) == 2 && from[groupPool], nil
+	}); err != nil || from[groupFresh] {
+		t.Errorf("prebake timeline's fromWarmPool by group: %v (%v); want %s only", from, err, groupPool)
 	}
 	if cs, err := s.groupContainers(s.ctx, groupPool); err != nil || len(cs) != 1 {
 		t.Errorf("containers of %s after the scale-up: %d (%v), want the one standby it resumed", groupPool, len(cs), err)
