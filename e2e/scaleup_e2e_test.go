@@ -318,6 +318,9 @@ func nodeReady(n *corev1.Node) bool { return standin.IsReady(n) }
 // errorInfo class 1 (OutOfResources) within a loop; the stand-in backs the group off, deletes
 // the instance as a fake node and scales the next group, where the pod runs.
 func TestFastFailover(t *testing.T) {
+	// maxFailoverLoops separates "listed when the worker has it" (a few loops) from "listed
+	// at the next refresh" (refreshInterval / standin.DefaultInterval, 50 loops).
+	const maxFailoverLoops = 10
 	e := newEnv(t, "c", 3*time.Minute)
 	const stockout, fallback = "c-stockout", "c-fallback"
 	pool := map[string]string{"e2e.prebake.dev/pool": "c"}
@@ -347,10 +350,14 @@ func TestFastFailover(t *testing.T) {
 	if !failed.Requested || failed.Error.Class != 1 || failed.Error.Code == "" {
 		t.Errorf("failed instance %s: requested %v, error %+v; want class 1 (OutOfResources) with a code", failed.ID, failed.Requested, failed.Error)
 	}
-	// The loop after IncreaseSize may start before the creation worker has run (it starts at
-	// once); the one after that must see the error.
-	if gap := failed.Error.Loop - failed.IncreaseLoop; gap > 2 {
-		t.Errorf("creation error first seen %d loops after IncreaseSize; want it within one loop of the creation failing (≤ 2)", gap)
+	// prebake lists the failure as soon as its worker has it, not at its next refresh
+	// (refreshInterval 10 s here: 50 of the stand-in's 200 ms loops). The loops in between are
+	// the worker's create, however long the machine's load makes it (the loop after
+	// IncreaseSize starts at once, and a trigger left from the pod's event can start one
+	// more): one CI run saw 3 under load, against 1–2 usually. A failure that waited for a
+	// refresh would be about 50.
+	if gap := failed.Error.Loop - failed.IncreaseLoop; gap >= maxFailoverLoops {
+		t.Errorf("creation error first seen %d loops after IncreaseSize; want fewer than %d: prebake lists a failed create when its worker has it, not at its next refresh (about 50 loops later)", gap, maxFailoverLoops)
 	}
 	if served == nil {
 		t.Fatalf("no instance of %s; instances: %+v", fallback, s.Instances())
