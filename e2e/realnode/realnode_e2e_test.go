@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -304,7 +305,18 @@ func checkTimelineReport(t *testing.T, s *scenario, node, group string, in stand
 	if row.Simulated != "" || rep.Simulated != 0 {
 		t.Errorf("timeline of %s: a real node marked simulated (%q)", node, row.Simulated)
 	}
-	if bad := row.Inconsistencies(time.Second); len(bad) > 0 {
+	bad := row.Inconsistencies(time.Second)
+	if in.PodRunning.Before(in.Ready) {
+		// The pod ran before its Node was Ready as CA counts it (Ready=True, no not-ready
+		// taint), and the stand-in's own watch saw that order too: the report is right to
+		// call that phase out of order. Seen on vanilla nodes in some runs; not explained.
+		phase := nodetimeline.Ready + " → " + nodetimeline.PodRunning + ":"
+		if i := slices.IndexFunc(bad, func(s string) bool { return strings.HasPrefix(s, phase) }); i >= 0 {
+			t.Logf("timeline of %s: %s (the stand-in saw the pod Running %s before the Node Ready)", node, bad[i], in.Ready.Sub(in.PodRunning).Round(time.Millisecond))
+			bad = slices.Delete(bad, i, i+1)
+		}
+	}
+	if len(bad) > 0 {
 		t.Errorf("timeline of %s does not add up: %q", node, bad)
 	}
 	for _, p := range row.Phases {
