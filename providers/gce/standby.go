@@ -288,29 +288,17 @@ func (p *Provider) Resume(ctx context.Context, id string, userData []byte) (prov
 // another writer changed the labels meanwhile. edit returns false when
 // there is nothing (left) to change: no call is made then.
 func (p *Provider) relabel(ctx context.Context, ref providerid.Ref, in *computepb.Instance, edit func(map[string]string) bool) (*computepb.Instance, error) {
-	for try := 0; ; try++ {
+	return p.withFingerprint(ctx, ref, in, func(in *computepb.Instance) (*compute.Operation, error) {
 		labels := maps.Clone(in.GetLabels())
 		if labels == nil {
 			labels = map[string]string{}
 		}
 		if !edit(labels) {
-			return in, nil
+			return nil, nil
 		}
-		op, err := p.instances.SetLabels(ctx, &computepb.SetLabelsInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name,
+		return p.instances.SetLabels(ctx, &computepb.SetLabelsInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name,
 			InstancesSetLabelsRequestResource: &computepb.InstancesSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(in.GetLabelFingerprint())}})
-		if err == nil {
-			err = p.waitZone(ctx, ref.Zone, op)
-		}
-		if err == nil || !isPreconditionFailed(err) || try == fingerprintRetries {
-			if err != nil {
-				return nil, err
-			}
-			return p.instances.Get(ctx, &computepb.GetInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name})
-		}
-		if in, err = p.instances.Get(ctx, &computepb.GetInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name}); err != nil {
-			return nil, err
-		}
-	}
+	})
 }
 
 // setUserData makes userData the instance's metadata item user-data,
@@ -318,20 +306,35 @@ func (p *Provider) relabel(ctx context.Context, ref providerid.Ref, in *computep
 // with a fresh one after a 412). User-data that is there already is not
 // written again.
 func (p *Provider) setUserData(ctx context.Context, ref providerid.Ref, in *computepb.Instance, userData []byte) (*computepb.Instance, error) {
-	for try := 0; ; try++ {
+	return p.withFingerprint(ctx, ref, in, func(in *computepb.Instance) (*compute.Operation, error) {
 		md := in.GetMetadata()
 		items := []*computepb.Items{{Key: proto.String("user-data"), Value: proto.String(string(userData))}}
 		for _, it := range md.GetItems() {
 			if it.GetKey() == "user-data" {
 				if it.GetValue() == string(userData) {
-					return in, nil
+					return nil, nil
 				}
 				continue
 			}
 			items = append(items, &computepb.Items{Key: proto.String(it.GetKey()), Value: proto.String(it.GetValue())})
 		}
-		op, err := p.instances.SetMetadata(ctx, &computepb.SetMetadataInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name,
+		return p.instances.SetMetadata(ctx, &computepb.SetMetadataInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name,
 			MetadataResource: &computepb.Metadata{Fingerprint: proto.String(md.GetFingerprint()), Items: items}})
+	})
+}
+
+// withFingerprint runs write, a call guarded by a fingerprint of in (labels
+// or metadata), and waits for its operation; after a 412 (another writer
+// changed them meanwhile) it gets the instance again and writes again, at
+// most fingerprintRetries more times. It returns the instance as it is
+// afterwards; when write has nothing to do (a nil operation) in, unchanged.
+func (p *Provider) withFingerprint(ctx context.Context, ref providerid.Ref, in *computepb.Instance, write func(*computepb.Instance) (*compute.Operation, error)) (*computepb.Instance, error) {
+	get := &computepb.GetInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name}
+	for try := 0; ; try++ {
+		op, err := write(in)
+		if err == nil && op == nil {
+			return in, nil
+		}
 		if err == nil {
 			err = p.waitZone(ctx, ref.Zone, op)
 		}
@@ -339,9 +342,9 @@ func (p *Provider) setUserData(ctx context.Context, ref providerid.Ref, in *comp
 			if err != nil {
 				return nil, err
 			}
-			return p.instances.Get(ctx, &computepb.GetInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name})
+			return p.instances.Get(ctx, get)
 		}
-		if in, err = p.instances.Get(ctx, &computepb.GetInstanceRequest{Project: ref.Project, Zone: ref.Zone, Instance: ref.Name}); err != nil {
+		if in, err = p.instances.Get(ctx, get); err != nil {
 			return nil, err
 		}
 	}
