@@ -106,7 +106,7 @@ func TestHcloudStandbyOverSSHOnARealMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct, err := s2c(ctx, w, mi.ProviderID)
+	ct, err := w.containerOf(ctx, mi.ProviderID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,11 +274,6 @@ func listed(ctx context.Context, p providers.Provider, id string) (providers.Ins
 		}
 	}
 	return providers.Instance{}, fmt.Errorf("%s is not listed", id)
-}
-
-// s2c is the container of a docker providerID.
-func s2c(ctx context.Context, w *World, providerID string) (container.InspectResponse, error) {
-	return w.Engine.ContainerInspect(ctx, strings.TrimPrefix(providerID, "docker://"))
 }
 
 func containerIP(c container.InspectResponse) string {

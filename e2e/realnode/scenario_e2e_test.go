@@ -378,7 +378,12 @@ func (s *scenario) nodeByProviderID(id string) *corev1.Node {
 
 // containerOf is the container behind a docker://<name> providerID.
 func (s *scenario) containerOf(providerID string) (container.InspectResponse, error) {
-	return s.w.Engine.ContainerInspect(s.ctx, strings.TrimPrefix(providerID, "docker://"))
+	return s.w.containerOf(s.ctx, providerID)
+}
+
+// containerOf is the container of a docker providerID.
+func (w *World) containerOf(ctx context.Context, providerID string) (container.InspectResponse, error) {
+	return w.Engine.ContainerInspect(ctx, strings.TrimPrefix(providerID, "docker://"))
 }
 
 // nodeReport is the node's prebake.dev/bootstrap annotation, parsed.
