@@ -78,6 +78,9 @@ nodeGroups:
 	}
 	defer conn.Close()
 	ca := protos.NewCloudProviderClient(conn)
+	// A Node made before the Node watch began, and Ready before it too, would reach it only
+	// at the informer's resync.
+	waitForWatch(t, kube, "nodes", providers.LabelCluster+"=t")
 	for _, g := range []string{"small", "full", "beta"} {
 		if _, err := ca.NodeGroupIncreaseSize(ctx, &protos.NodeGroupIncreaseSizeRequest{Id: g, Delta: 1}); err != nil {
 			t.Fatalf("IncreaseSize %s: %v", g, err)
@@ -98,14 +101,7 @@ nodeGroups:
 	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pod watch on small's Node", func() bool {
-		for _, a := range kube.Actions() {
-			if a.GetVerb() == "watch" && a.GetResource().Resource == "pods" {
-				return true
-			}
-		}
-		return false
-	})
+	waitForWatch(t, kube, "pods", "spec.nodeName="+node.Name)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0"}, Spec: corev1.PodSpec{NodeName: node.Name},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	if _, err := kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {

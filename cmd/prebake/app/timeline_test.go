@@ -183,14 +183,7 @@ func TestPodWatchFindsTheFirstWorkloadPodRunning(t *testing.T) {
 	mk("other", "n2", corev1.PodRunning, false)
 	mk("web-0", "n1", corev1.PodPending, false)
 	// The fake's watch has no resourceVersion: what changes before it starts is lost.
-	waitFor(t, "the watch on n1's pods", func() bool {
-		for _, a := range client.Actions() {
-			if a.GetVerb() == "watch" && a.GetResource().Resource == "pods" {
-				return true
-			}
-		}
-		return false
-	})
+	waitForWatch(t, client, "pods", "spec.nodeName=n1")
 	mu.Lock()
 	if len(notified) != 0 {
 		t.Errorf("notified %v before a workload pod ran", notified)
@@ -242,6 +235,8 @@ func TestNodeWatchWritesTheTimeline(t *testing.T) {
 	if err := NewKubeNodes(client, "t").Watch(ctx, core, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
+	// The Node made before the informer's watch began would never reach it.
+	waitForWatch(t, client, "nodes", providers.LabelCluster+"=t")
 	if err := core.IncreaseSize("g", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +265,28 @@ func TestNodeWatchWritesTheTimeline(t *testing.T) {
 			break
 		}
 	}
+}
+
+// waitForWatch returns once a watch on resource with this label or field selector ("" for
+// any) has begun on the fake client. The fake's watch has no resourceVersion: what changes
+// between an informer's list and its watch is lost, so a test makes its objects after this.
+// The fake records the action and registers the watch under one lock, so the action seen
+// means the watch is there.
+func waitForWatch(t *testing.T, client *kubefake.Clientset, resource, selector string) {
+	t.Helper()
+	waitFor(t, "the watch on "+resource+" "+selector, func() bool {
+		for _, a := range client.Actions() {
+			w, ok := a.(k8stesting.WatchAction)
+			if !ok || a.GetResource().Resource != resource {
+				continue
+			}
+			r := w.GetWatchRestrictions()
+			if selector == "" || r.Labels != nil && r.Labels.String() == selector || r.Fields != nil && r.Fields.String() == selector {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
