@@ -106,6 +106,16 @@ func TestDeleteBeforeBootEnds(t *testing.T) {
 	cs := fake.NewClientset()
 	p := newTestProvider(t, cs, nil)
 	startRun(t, p)
+	// Run first resumes the machines recorded before it: a resume that listed m's record
+	// after Create would queue m again behind Delete, and the queue is this test's check.
+	waitFor(t, "Run's resume to list the records", func() (bool, error) {
+		for _, a := range cs.Actions() {
+			if a.GetVerb() == "list" && a.GetResource() == leasesGVR {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	if _, err := p.Create(t.Context(), request("m", "pool-a", "kwok-small", "zone-a", providers.ImageRuntimeInstall)); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
