@@ -56,8 +56,10 @@ type Executor struct {
 	// means 1s doubling up to 30s.
 	Backoff func(retry int) time.Duration
 	// Progress receives one line per finished round (and, with Status, per join); nil
-	// discards it.
-	Progress io.Writer
+	// discards it. The joins of a round write to it from their own goroutines, one
+	// line at a time.
+	Progress   io.Writer
+	progressMu sync.Mutex
 
 	// The declarative joins. A join is one cluster's write plus, with Status, the wait
 	// until that cluster reports every peer ready; it holds one of the Parallel slots from
@@ -267,9 +269,7 @@ func (e *Executor) waitJoined(ctx context.Context, cluster string, peers []strin
 			lastErr = nil
 			missing = st.Missing(peers, e.KVStoreMesh)
 			if len(missing) == 0 {
-				if e.Progress != nil {
-					fmt.Fprintf(e.Progress, "join %s: %d peers ready after %s\n", cluster, len(peers), time.Since(began).Round(time.Millisecond))
-				}
+				e.progressf("join %s: %d peers ready after %s\n", cluster, len(peers), time.Since(began).Round(time.Millisecond))
 				return nil
 			}
 		} else if wctx.Err() == nil {
@@ -277,6 +277,16 @@ func (e *Executor) waitJoined(ctx context.Context, cluster string, peers []strin
 		}
 		t.Reset(e.pollInterval())
 	}
+}
+
+// progressf writes one line to Progress; the joins of a round call it at once.
+func (e *Executor) progressf(format string, args ...any) {
+	if e.Progress == nil {
+		return
+	}
+	e.progressMu.Lock()
+	defer e.progressMu.Unlock()
+	fmt.Fprintf(e.Progress, format, args...)
 }
 
 func sortedCopy(s []string) []string {
@@ -315,11 +325,9 @@ func (e *Executor) run(ctx context.Context, rounds [][]job) (Result, error) {
 		res.Succeeded += rr.succeeded
 		res.Retries += rr.retries
 		res.Failures = append(res.Failures, rr.failures...)
-		if e.Progress != nil {
-			fmt.Fprintf(e.Progress, "round %d/%d: %d/%d done, %d failed, %d retries; total %d/%d done, %d failed\n",
-				i+1, len(rounds), rr.succeeded, len(r), len(rr.failures), rr.retries,
-				res.Succeeded, res.Ops, len(res.Failures))
-		}
+		e.progressf("round %d/%d: %d/%d done, %d failed, %d retries; total %d/%d done, %d failed\n",
+			i+1, len(rounds), rr.succeeded, len(r), len(rr.failures), rr.retries,
+			res.Succeeded, res.Ops, len(res.Failures))
 		if err != nil {
 			return res, err
 		}

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -68,10 +69,24 @@ func TestDeclarativeJoinsBoundedAndWaited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Executor{Parallel: par, Status: st, KVStoreMesh: true, PollInterval: time.Millisecond, Journal: j}
+	// The joins write their progress lines from their own goroutines: under -race, a write
+	// to a plain buffer not serialised by the Executor fails this test.
+	var progress bytes.Buffer
+	e := &Executor{Parallel: par, Status: st, KVStoreMesh: true, PollInterval: time.Millisecond, Journal: j, Progress: &progress}
 	res, err := e.Declarative(context.Background(), sim, names(n), FullMesh(names(n)...))
 	if err != nil {
 		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
+	for _, c := range names(n) {
+		if !slices.ContainsFunc(lines, func(l string) bool {
+			return strings.HasPrefix(l, fmt.Sprintf("join %s: %d peers ready after ", c, n-1))
+		}) {
+			t.Errorf("no progress line for %s's join in:\n%s", c, progress.String())
+		}
+	}
+	if len(lines) != n+1 || !strings.HasPrefix(lines[n], "round 1/1: ") {
+		t.Errorf("progress: want %d join lines and a round line, got:\n%s", n, progress.String())
 	}
 	if res.Succeeded != n || res.Writes != n || res.Rounds != 1 {
 		t.Errorf("joins: %d succeeded, %d writes, %d rounds; want %d, %d, 1", res.Succeeded, res.Writes, res.Rounds, n, n)
