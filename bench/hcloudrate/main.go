@@ -251,16 +251,21 @@ func snapshot(f *hcloudfake.Fake) counts {
 }
 
 // waitServers waits (in real time) until the workers have brought the fake
-// to n live servers.
+// to n live servers. It gives up when the count has not moved for a minute:
+// a machine loaded by other work (a -race run beside CI) is slow, not stuck.
 func waitServers(f *hcloudfake.Fake, n int) error {
-	deadline := time.Now().Add(time.Minute)
+	const stall = time.Minute
+	last, since := f.Live(), time.Now()
 	for {
 		live := f.Live()
 		if live == n {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the fake holds %d live servers, want %d", live, n)
+		if live != last {
+			last, since = live, time.Now()
+		}
+		if time.Since(since) > stall {
+			return fmt.Errorf("the fake holds %d live servers, want %d; none came or went for %v", live, n, stall)
 		}
 		time.Sleep(time.Millisecond)
 	}
