@@ -526,8 +526,7 @@ func TestZonesAreNetworks(t *testing.T) {
 	if d := cmp.Diff(both, nets()); d != "" {
 		t.Fatalf("networks (-want +got):\n%s", d)
 	}
-	// Other tests' replaced label records are the engine's, and any
-	// provider's Cleanup may remove them: only networks count here.
+	// Only networks count here: Cleanup's other removals have their own tests.
 	networksRemoved := func() []string {
 		t.Helper()
 		removed, err := p.Cleanup(ctx)

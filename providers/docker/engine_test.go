@@ -342,6 +342,12 @@ func cleanCluster(t testing.TB, c *client.Client, o Options) {
 			}
 		}
 	}
+	// Replaced label records are untagged: only their label names the repository.
+	replaced, _ := c.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("dangling", "true"), filters.Arg("label", LabelLabelsRepository+"="+o.ImageRepository))})
+	for _, im := range replaced {
+		_, _ = c.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+	}
 	// What is left is a leak.
 	if left, _ := c.ContainerList(ctx, container.ListOptions{All: true, Filters: byCluster}); len(left) > 0 {
 		t.Errorf("cleanup: %d containers of cluster %s left", len(left), o.Cluster)

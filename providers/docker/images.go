@@ -101,7 +101,22 @@ func recordLabels(l map[string]string) map[string]string {
 		out = map[string]string{}
 	}
 	delete(out, LabelLabelsOf)
+	delete(out, LabelLabelsRepository)
 	return out
+}
+
+// removeImage removes ref; an image already gone is not an error. Two removals of one image
+// at once (Cleanup and a relabel, say) can fail the later one with "unrecognized image ID"
+// and a 500, not a 404: an image that is gone when looked at again counts as removed.
+func (p *Provider) removeImage(ctx context.Context, ref string) error {
+	_, err := p.engine.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if _, ierr := p.engine.ImageInspect(ctx, ref); cerrdefs.IsNotFound(ierr) {
+		return nil
+	}
+	return err
 }
 
 // ListImages implements imagecatalog.ImageAPI: the tags of the image
@@ -197,6 +212,7 @@ func (p *Provider) writeRecord(ctx context.Context, id string, labels map[string
 		all = map[string]string{}
 	}
 	all[LabelLabelsOf] = id
+	all[LabelLabelsRepository] = p.repo
 	change, err := labelChange(all)
 	if err != nil {
 		return fmt.Errorf("docker: labels of image %s: %w", id, err)
@@ -214,7 +230,7 @@ func (p *Provider) writeRecord(ctx context.Context, id string, labels map[string
 		return fmt.Errorf("docker: write label record %s: %w", p.recordRef(id), err)
 	}
 	if old.ID != "" {
-		if _, err := p.engine.ImageRemove(ctx, old.ID, image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if err := p.removeImage(ctx, old.ID); err != nil {
 			// Cleanup removes it later: it carries the record label.
 			p.log.Warn("old label record not removed", "image", id, "record", old.ID, "err", err)
 		}
@@ -276,10 +292,10 @@ func (p *Provider) DeleteImage(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	if _, err := p.engine.ImageRemove(ctx, p.imageRef(id), image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := p.removeImage(ctx, p.imageRef(id)); err != nil {
 		return fmt.Errorf("docker: delete image %s: %w", p.imageRef(id), err)
 	}
-	if _, err := p.engine.ImageRemove(ctx, p.recordRef(id), image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := p.removeImage(ctx, p.recordRef(id)); err != nil {
 		return fmt.Errorf("docker: delete label record %s: %w", p.recordRef(id), err)
 	}
 	p.log.Info("image deleted", "image", id)
@@ -304,12 +320,13 @@ func (p *Provider) ListInstances(ctx context.Context) ([]imagecatalog.Instance, 
 	return out, nil
 }
 
-// orphanRecords returns the label records that stand for no image: an
-// untagged one (replaced, but not removed), or one whose image is gone.
+// orphanRecords returns the label records of the repository that stand for no
+// image: an untagged one (replaced, but not removed), or one whose image is
+// gone. Another repository's records, and so another cluster's, are left alone.
 func (p *Provider) orphanRecords(ctx context.Context) ([]string, error) {
 	var out []string
 	dangling, err := p.engine.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("dangling", "true"), filters.Arg("label", LabelLabelsOf))})
+		filters.Arg("dangling", "true"), filters.Arg("label", LabelLabelsRepository+"="+p.repo))})
 	if err != nil {
 		return nil, fmt.Errorf("docker: list untagged label records: %w", err)
 	}
@@ -336,3 +353,8 @@ func (p *Provider) orphanRecords(ctx context.Context) ([]string, error) {
 // those of the catalog image named by the value, since a Docker image's own
 // labels can't change.
 const LabelLabelsOf = "prebake.dev/labels-of"
+
+// LabelLabelsRepository names the image repository of a label record's image. An untagged
+// (replaced) record has only its labels to say whose it is: Cleanup removes the untagged
+// records of its own repository and no other.
+const LabelLabelsRepository = "prebake.dev/labels-repository"

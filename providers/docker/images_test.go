@@ -1,13 +1,13 @@
 package docker
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"maps"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prebake-dev/prebake/bootstrap"
@@ -324,6 +325,44 @@ func TestBuilderReport(t *testing.T) {
 	}
 }
 
+// replacedRecord makes an untagged label record of repo's image id, the way a relabel whose
+// removal of the old record failed leaves one, and returns its image ID. The test's end
+// removes it.
+func replacedRecord(t *testing.T, c *client.Client, repo, id string) string {
+	t.Helper()
+	ctx := context.Background()
+	ref := repo + "-labels:replaced"
+	imp := func(gen string) string {
+		var empty bytes.Buffer
+		if err := tar.NewWriter(&empty).Close(); err != nil {
+			t.Fatal(err)
+		}
+		change, err := labelChange(map[string]string{LabelLabelsOf: id, LabelLabelsRepository: repo, "gen": gen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := c.ImageImport(ctx, image.ImportSource{Source: &empty, SourceName: "-"}, ref, image.ImportOptions{Changes: []string{change}})
+		if err == nil {
+			err = readStream(rc)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := c.ImageInspect(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return im.ID
+	}
+	old := imp("old")
+	imp("new") // takes the tag: the old one is untagged
+	if _, err := c.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.ImageRemove(context.Background(), old, image.RemoveOptions{Force: true}) })
+	return old
+}
+
 // TestLabelRecords: labels with characters Dockerfile syntax cares about
 // survive a record; a record replaces the image's own labels; an image
 // that is gone leaves its record to Cleanup.
@@ -374,6 +413,10 @@ func TestLabelRecords(t *testing.T) {
 	if err := p.SetLabels(ctx, id, map[string]string{"x": "a\nb"}); err == nil {
 		t.Error("SetLabels took a value with a line break")
 	}
+	// A replaced record left untagged (its removal failed) is this repository's garbage;
+	// another repository's, such as another cluster's, is not.
+	ours := replacedRecord(t, c, o.ImageRepository, id)
+	theirs := replacedRecord(t, c, o.ImageRepository+"-other", id)
 	// The image goes behind the catalog's back: Cleanup removes its record.
 	if _, err := c.ImageRemove(ctx, o.ImageRepository+":"+id, image.RemoveOptions{}); err != nil {
 		t.Fatal(err)
@@ -382,11 +425,11 @@ func TestLabelRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Other tests' replaced (untagged) records may go too: they are the
-	// engine's garbage, whoever made them.
-	removed = slices.DeleteFunc(removed, func(r string) bool { return strings.HasPrefix(r, "label record sha256:") })
-	if want := []string{"label record " + p.recordRef(id)}; !cmp.Equal(want, removed) {
+	if want := []string{"label record " + ours, "label record " + p.recordRef(id)}; !cmp.Equal(want, removed) {
 		t.Errorf("Cleanup removed %v, want %v", removed, want)
+	}
+	if _, err := c.ImageInspect(ctx, theirs); err != nil {
+		t.Errorf("Cleanup removed another repository's replaced record: %v", err)
 	}
 	if err := p.DeleteImage(ctx, id); err != nil {
 		t.Errorf("DeleteImage of a gone image: %v", err)

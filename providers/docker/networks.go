@@ -7,7 +7,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/prebake-dev/prebake/providers"
@@ -157,7 +156,7 @@ func (p *Provider) Cleanup(ctx context.Context) (removed []string, err error) {
 		errs = append(errs, err)
 	}
 	for _, r := range recs {
-		if _, err := p.engine.ImageRemove(ctx, r, image.RemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if err := p.removeImage(ctx, r); err != nil {
 			errs = append(errs, fmt.Errorf("docker: remove label record %s: %w", r, err))
 			continue
 		}
