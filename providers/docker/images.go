@@ -231,7 +231,7 @@ func (p *Provider) writeRecord(ctx context.Context, id string, labels map[string
 	}
 	if old.ID != "" {
 		if err := p.removeImage(ctx, old.ID); err != nil {
-			// Cleanup removes it later: it carries the record label.
+			// Cleanup removes it later: it carries its repository's label.
 			p.log.Warn("old label record not removed", "image", id, "record", old.ID, "err", err)
 		}
 	}
