@@ -207,6 +207,21 @@ func (p *Provider) writeRecord(ctx context.Context, id string, labels map[string
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("docker: inspect label record %s: %w", p.recordRef(id), err)
 	}
+	if err := p.importRecord(ctx, id, labels); err != nil {
+		return err
+	}
+	if old.ID != "" {
+		if err := p.removeImage(ctx, old.ID); err != nil {
+			// Cleanup removes it later: it carries its repository's label.
+			p.log.Warn("old label record not removed", "image", id, "record", old.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// importRecord makes a new label record of id holding labels and tags it; a record that
+// held the tag before is left untagged.
+func (p *Provider) importRecord(ctx context.Context, id string, labels map[string]string) error {
 	all := maps.Clone(labels)
 	if all == nil {
 		all = map[string]string{}
@@ -228,12 +243,6 @@ func (p *Provider) writeRecord(ctx context.Context, id string, labels map[string
 	}
 	if err != nil {
 		return fmt.Errorf("docker: write label record %s: %w", p.recordRef(id), err)
-	}
-	if old.ID != "" {
-		if err := p.removeImage(ctx, old.ID); err != nil {
-			// Cleanup removes it later: it carries its repository's label.
-			p.log.Warn("old label record not removed", "image", id, "record", old.ID, "err", err)
-		}
 	}
 	return nil
 }

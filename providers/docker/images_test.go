@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -325,42 +324,26 @@ func TestBuilderReport(t *testing.T) {
 	}
 }
 
-// replacedRecord makes an untagged label record of repo's image id, the way a relabel whose
-// removal of the old record failed leaves one, and returns its image ID. The test's end
-// removes it.
-func replacedRecord(t *testing.T, c *client.Client, repo, id string) string {
+// untaggedRecord leaves an untagged label record in p's repository, as a relabel whose
+// removal of the old record failed does, and returns its image ID.
+func untaggedRecord(t *testing.T, p *Provider, c *client.Client) string {
 	t.Helper()
 	ctx := context.Background()
-	ref := repo + "-labels:replaced"
-	imp := func(gen string) string {
-		var empty bytes.Buffer
-		if err := tar.NewWriter(&empty).Close(); err != nil {
-			t.Fatal(err)
-		}
-		change, err := labelChange(map[string]string{LabelLabelsOf: id, LabelLabelsRepository: repo, "gen": gen})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc, err := c.ImageImport(ctx, image.ImportSource{Source: &empty, SourceName: "-"}, ref, image.ImportOptions{Changes: []string{change}})
-		if err == nil {
-			err = readStream(rc)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		im, err := c.ImageInspect(ctx, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return im.ID
-	}
-	old := imp("old")
-	imp("new") // takes the tag: the old one is untagged
-	if _, err := c.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil {
+	const id = "prebake-replaced"
+	if err := p.importRecord(ctx, id, map[string]string{"gen": "old"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = c.ImageRemove(context.Background(), old, image.RemoveOptions{Force: true}) })
-	return old
+	old, err := c.ImageInspect(ctx, p.recordRef(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.importRecord(ctx, id, map[string]string{"gen": "new"}); err != nil { // takes the tag
+		t.Fatal(err)
+	}
+	if _, err := c.ImageRemove(ctx, p.recordRef(id), image.RemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return old.ID
 }
 
 // TestLabelRecords: labels with characters Dockerfile syntax cares about
@@ -415,8 +398,8 @@ func TestLabelRecords(t *testing.T) {
 	}
 	// A replaced record left untagged (its removal failed) is this repository's garbage;
 	// another repository's, such as another cluster's, is not.
-	ours := replacedRecord(t, c, o.ImageRepository, id)
-	theirs := replacedRecord(t, c, o.ImageRepository+"-other", id)
+	ours := untaggedRecord(t, p, c)
+	theirs := untaggedRecord(t, newTestProvider(t, testOptions(t, base)), c)
 	// The image goes behind the catalog's back: Cleanup removes its record.
 	if _, err := c.ImageRemove(ctx, o.ImageRepository+":"+id, image.RemoveOptions{}); err != nil {
 		t.Fatal(err)
